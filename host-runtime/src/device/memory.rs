@@ -1,0 +1,393 @@
+//! Per-core HBM accounting and the process-wide host-memory cap.
+//!
+//! Every tensor's storage reserves its bytes here first. Two limits apply: the core's HBM
+//! quota (simulated: what the real device would hold) and the host cap (real: the bytes do
+//! live in host RAM). The [`Allocation`] guard gives the bytes back when the storage drops.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use super::host::HOST_MEM_LIMIT_VAR;
+use super::topology::{CoreId, Topology, TopologyError};
+use crate::events::fmt::{bytes, bytes_exact};
+use crate::events::{EventBus, EventKind, MemoryAction, MemoryEvent};
+
+/// Why a reservation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MemoryError {
+    /// The core's simulated HBM quota would be exceeded.
+    #[error(
+        "out of device memory on {core}: asked for {} but {} of its {} HBM is in use; \
+         free tensors you no longer need or use a smaller shape",
+        bytes_exact(*requested), bytes_exact(*in_use), bytes(*capacity)
+    )]
+    OutOfMemory {
+        /// The core asked.
+        core: CoreId,
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes already reserved on the core.
+        in_use: u64,
+        /// The core's HBM capacity.
+        capacity: u64,
+    },
+    /// The process-wide host-memory cap would be exceeded.
+    #[error(
+        "host memory limit reached on {core}: asked for {} but {} of the {} host limit is in \
+         use; free tensors, use a smaller shape, or raise {HOST_MEM_LIMIT_VAR} (e.g. \
+         {HOST_MEM_LIMIT_VAR}=16GiB)",
+        bytes_exact(*requested), bytes_exact(*in_use), bytes(*limit)
+    )]
+    HostLimit {
+        /// The core asked.
+        core: CoreId,
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes reserved across all cores.
+        in_use: u64,
+        /// The host cap.
+        limit: u64,
+    },
+    /// The core is not one this process sees.
+    #[error(transparent)]
+    UnknownCore(#[from] TopologyError),
+}
+
+/// Memory use of one core.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemStats {
+    /// Bytes reserved now.
+    pub in_use: u64,
+    /// Highest `in_use` since creation or the last [`DeviceMemory::reset_peak`].
+    pub peak: u64,
+    /// The core's HBM capacity.
+    pub capacity: u64,
+    /// Live allocations.
+    pub allocations: u64,
+}
+
+/// HBM accounting for every visible core plus the host cap. Shared as `Arc<DeviceMemory>`.
+pub struct DeviceMemory {
+    capacity: u64,
+    cores: Vec<Mutex<MemStats>>,
+    host_in_use: AtomicU64,
+    host_limit: u64,
+    bus: Option<Arc<EventBus>>,
+}
+
+impl DeviceMemory {
+    /// Accounting for `topology`'s visible cores, with a host cap of `host_limit` bytes.
+    /// Alloc and free events go to `bus` when given.
+    pub fn new(topology: &Topology, host_limit: u64, bus: Option<Arc<EventBus>>) -> Arc<Self> {
+        let capacity = topology.hbm_bytes_per_core();
+        let empty = MemStats {
+            capacity,
+            ..MemStats::default()
+        };
+        Arc::new(DeviceMemory {
+            capacity,
+            cores: (0..topology.num_cores())
+                .map(|_| Mutex::new(empty))
+                .collect(),
+            host_in_use: AtomicU64::new(0),
+            host_limit,
+            bus,
+        })
+    }
+
+    /// Reserves `bytes` on `core`; the bytes come back when the [`Allocation`] drops.
+    pub fn reserve(self: &Arc<Self>, core: CoreId, bytes: u64) -> Result<Allocation, MemoryError> {
+        let mut stats = self.lock(core)?;
+        if stats.in_use.saturating_add(bytes) > self.capacity {
+            return Err(MemoryError::OutOfMemory {
+                core,
+                requested: bytes,
+                in_use: stats.in_use,
+                capacity: self.capacity,
+            });
+        }
+        // Reserve host bytes atomically against other cores' reservations.
+        self.host_in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes)
+                    .filter(|&total| total <= self.host_limit)
+            })
+            .map_err(|in_use| MemoryError::HostLimit {
+                core,
+                requested: bytes,
+                in_use,
+                limit: self.host_limit,
+            })?;
+        stats.in_use += bytes;
+        stats.peak = stats.peak.max(stats.in_use);
+        stats.allocations += 1;
+        let snapshot = *stats;
+        // Publish outside the lock: a subscriber may ask for stats.
+        drop(stats);
+        self.publish(core, MemoryAction::Alloc, bytes, snapshot);
+        Ok(Allocation {
+            memory: Arc::clone(self),
+            core,
+            bytes,
+        })
+    }
+
+    /// The memory use of `core`.
+    pub fn stats(&self, core: CoreId) -> Result<MemStats, MemoryError> {
+        Ok(*self.lock(core)?)
+    }
+
+    /// Starts a new peak measurement on `core` from its current use.
+    pub fn reset_peak(&self, core: CoreId) -> Result<(), MemoryError> {
+        let mut stats = self.lock(core)?;
+        stats.peak = stats.in_use;
+        Ok(())
+    }
+
+    /// Bytes reserved across all cores (what the host really holds).
+    pub fn host_in_use(&self) -> u64 {
+        self.host_in_use.load(Ordering::Acquire)
+    }
+
+    /// The host cap in bytes.
+    pub fn host_limit(&self) -> u64 {
+        self.host_limit
+    }
+
+    fn lock(&self, core: CoreId) -> Result<MutexGuard<'_, MemStats>, MemoryError> {
+        let slot = self
+            .cores
+            .get(core.0 as usize)
+            .ok_or(TopologyError::UnknownCore {
+                core,
+                visible: self.cores.len() as u32,
+            })?;
+        // The counters stay consistent even if a holder panicked: every update is one step.
+        Ok(slot.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn release(&self, core: CoreId, bytes: u64) {
+        let Ok(mut stats) = self.lock(core) else {
+            return; // Unreachable: an Allocation only exists for a known core.
+        };
+        stats.in_use -= bytes;
+        stats.allocations -= 1;
+        let snapshot = *stats;
+        drop(stats);
+        self.host_in_use.fetch_sub(bytes, Ordering::AcqRel);
+        self.publish(core, MemoryAction::Free, bytes, snapshot);
+    }
+
+    fn publish(&self, core: CoreId, action: MemoryAction, bytes: u64, stats: MemStats) {
+        if let Some(bus) = &self.bus {
+            let event = MemoryEvent {
+                action,
+                bytes,
+                in_use: stats.in_use,
+                peak: stats.peak,
+            };
+            bus.publish(core, EventKind::Memory(event));
+        }
+    }
+}
+
+impl fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceMemory")
+            .field("cores", &self.cores.len())
+            .field("capacity", &self.capacity)
+            .field("host_in_use", &self.host_in_use())
+            .field("host_limit", &self.host_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reserved bytes on one core, given back (with a free event) on drop.
+pub struct Allocation {
+    memory: Arc<DeviceMemory>,
+    core: CoreId,
+    bytes: u64,
+}
+
+impl Allocation {
+    /// The core the bytes are reserved on.
+    pub fn core(&self) -> CoreId {
+        self.core
+    }
+
+    /// The number of bytes reserved.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.memory.release(self.core, self.bytes);
+    }
+}
+
+impl fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Allocation({} on {})", bytes(self.bytes), self.core)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Event;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    fn trn2_single_chip(host_limit: u64) -> Arc<DeviceMemory> {
+        let topology = Topology::preset("trn2.3xlarge", None).unwrap();
+        DeviceMemory::new(&topology, host_limit, None)
+    }
+
+    #[test]
+    fn allocations_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Allocation>();
+        assert_send_sync::<DeviceMemory>();
+    }
+
+    #[test]
+    fn reservations_are_counted_and_given_back() {
+        let memory = trn2_single_chip(64 * GIB);
+        let a = memory.reserve(CoreId(1), 3 * MIB).unwrap();
+        let b = memory.reserve(CoreId(1), MIB).unwrap();
+        let stats = memory.stats(CoreId(1)).unwrap();
+        assert_eq!(
+            stats,
+            MemStats {
+                in_use: 4 * MIB,
+                peak: 4 * MIB,
+                capacity: 24 * GIB,
+                allocations: 2
+            }
+        );
+        assert_eq!(memory.host_in_use(), 4 * MIB);
+        drop(a);
+        let stats = memory.stats(CoreId(1)).unwrap();
+        assert_eq!(
+            (stats.in_use, stats.peak, stats.allocations),
+            (MIB, 4 * MIB, 1)
+        );
+        memory.reset_peak(CoreId(1)).unwrap();
+        assert_eq!(memory.stats(CoreId(1)).unwrap().peak, MIB);
+        drop(b);
+        assert_eq!(memory.host_in_use(), 0);
+        assert_eq!(memory.stats(CoreId(0)).unwrap().in_use, 0);
+    }
+
+    #[test]
+    fn exceeding_a_core_quota_names_the_core_and_the_fix() {
+        let memory = trn2_single_chip(64 * GIB);
+        let _held = memory.reserve(CoreId(3), 23 * GIB).unwrap();
+        let err = memory.reserve(CoreId(3), 3 * GIB / 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "out of device memory on neuron:3: asked for 1.50 GiB (1610612736 bytes) but \
+             23.0 GiB (24696061952 bytes) of its 24.0 GiB HBM is in use; free tensors you no \
+             longer need or use a smaller shape"
+        );
+        // Another core has its own quota.
+        assert!(memory.reserve(CoreId(2), 3 * GIB / 2).is_ok());
+    }
+
+    #[test]
+    fn the_host_cap_spans_all_cores() {
+        let memory = trn2_single_chip(GIB);
+        let _a = memory.reserve(CoreId(0), 768 * MIB).unwrap();
+        let err = memory.reserve(CoreId(1), 512 * MIB).unwrap_err();
+        assert_eq!(
+            err,
+            MemoryError::HostLimit {
+                core: CoreId(1),
+                requested: 512 * MIB,
+                in_use: 768 * MIB,
+                limit: GIB
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "host memory limit reached on neuron:1: asked for 512 MiB (536870912 bytes) but \
+             768 MiB (805306368 bytes) of the 1.00 GiB host limit is in use; free tensors, use \
+             a smaller shape, or raise NEURONLAB_HOST_MEM_LIMIT (e.g. \
+             NEURONLAB_HOST_MEM_LIMIT=16GiB)"
+        );
+        // The failed reservation left nothing behind.
+        assert_eq!(memory.stats(CoreId(1)).unwrap().in_use, 0);
+        assert_eq!(memory.host_in_use(), 768 * MIB);
+    }
+
+    #[test]
+    fn unknown_cores_are_errors() {
+        let memory = trn2_single_chip(GIB);
+        let err = memory.reserve(CoreId(4), 1).unwrap_err().to_string();
+        assert!(err.starts_with("neuron:4 does not exist: this process sees 4 NeuronCore(s)"));
+        assert!(memory.stats(CoreId(9)).is_err());
+    }
+
+    #[test]
+    fn alloc_and_free_are_published() {
+        let bus = Arc::new(EventBus::new());
+        let topology = Topology::preset("trn1.2xlarge", None).unwrap();
+        let memory = DeviceMemory::new(&topology, GIB, Some(Arc::clone(&bus)));
+        let a = memory.reserve(CoreId(1), 100).unwrap();
+        let b = memory.reserve(CoreId(1), 50).unwrap();
+        drop(a);
+        drop(b);
+        let seen: Vec<(CoreId, MemoryEvent)> = bus
+            .events()
+            .into_iter()
+            .filter_map(|Event { core, kind, .. }| match kind {
+                EventKind::Memory(m) => Some((core, m)),
+                _ => None,
+            })
+            .collect();
+        let expect = |action, bytes, in_use| MemoryEvent {
+            action,
+            bytes,
+            in_use,
+            peak: 150,
+        };
+        assert_eq!(
+            seen,
+            [
+                (
+                    CoreId(1),
+                    MemoryEvent {
+                        peak: 100,
+                        ..expect(MemoryAction::Alloc, 100, 100)
+                    }
+                ),
+                (CoreId(1), expect(MemoryAction::Alloc, 50, 150)),
+                (CoreId(1), expect(MemoryAction::Free, 100, 50)),
+                (CoreId(1), expect(MemoryAction::Free, 50, 0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn concurrent_reservations_balance() {
+        let memory = trn2_single_chip(GIB);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let memory = &memory;
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        let _a = memory.reserve(CoreId(t % 2), 4096).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(memory.host_in_use(), 0);
+        assert_eq!(memory.stats(CoreId(0)).unwrap().allocations, 0);
+    }
+}

@@ -1,0 +1,286 @@
+//! The event bus: stamps events, keeps the recent ones, and hands them to subscribers.
+//!
+//! `publish` sits on every op's path, so with no subscribers it only takes one short lock and
+//! moves the event into a ring buffer (which stops allocating once it has grown to its
+//! capacity). Subscribers cost one clone of the event per publish.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Instant;
+
+use super::event::{Event, EventKind};
+use crate::device::CoreId;
+
+/// How many events the bus keeps by default before dropping the oldest.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+/// Identifies a subscription, to end it with [`EventBus::unsubscribe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SubscriptionId(u64);
+
+type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// The recent events, oldest first, in `seq` order.
+struct Recorder {
+    events: VecDeque<Event>,
+    capacity: usize,
+    next_seq: u64,
+    dropped: u64,
+}
+
+impl Recorder {
+    fn push(&mut self, event: Event) {
+        if self.capacity == 0 {
+            self.dropped += 1;
+            return;
+        }
+        if self.events.len() == self.capacity {
+            self.events.pop_front();
+            self.dropped += 1;
+        }
+        self.events.push_back(event);
+    }
+}
+
+/// The runtime's one event stream. Thread-safe; shared as `Arc<EventBus>`.
+pub struct EventBus {
+    epoch: Instant,
+    recorder: Mutex<Recorder>,
+    // Copy-on-write: publish clones the Arc (no allocation) and calls subscribers unlocked,
+    // so a subscriber may itself subscribe or read the bus.
+    subscribers: RwLock<Arc<[(SubscriptionId, Subscriber)]>>,
+    next_subscription: AtomicU64,
+}
+
+impl EventBus {
+    /// A bus keeping the last [`DEFAULT_CAPACITY`] events.
+    pub fn new() -> EventBus {
+        EventBus::with_capacity(DEFAULT_CAPACITY)
+    }
+
+    /// A bus keeping the last `capacity` events (0 keeps none; subscribers still see all).
+    pub fn with_capacity(capacity: usize) -> EventBus {
+        EventBus {
+            epoch: Instant::now(),
+            recorder: Mutex::new(Recorder {
+                events: VecDeque::new(),
+                capacity,
+                next_seq: 0,
+                dropped: 0,
+            }),
+            subscribers: RwLock::new(Arc::new([])),
+            next_subscription: AtomicU64::new(0),
+        }
+    }
+
+    /// Microseconds since the bus was created: the clock of every event's `ts_us`.
+    pub fn now_us(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64() * 1e6
+    }
+
+    /// Publishes an event that happens now. Returns its `seq`.
+    pub fn publish(&self, core: CoreId, kind: EventKind) -> u64 {
+        self.publish_at(core, self.now_us(), kind)
+    }
+
+    /// Publishes an event that started at `start_us` (from [`EventBus::now_us`]), so that
+    /// spans measured by the caller line up in traces. Returns its `seq`.
+    pub fn publish_at(&self, core: CoreId, start_us: f64, kind: EventKind) -> u64 {
+        let subscribers = Arc::clone(
+            &self
+                .subscribers
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut recorder = self.recorder();
+        let seq = recorder.next_seq;
+        recorder.next_seq += 1;
+        let event = Event {
+            seq,
+            ts_us: start_us,
+            core,
+            kind,
+        };
+        if subscribers.is_empty() {
+            recorder.push(event);
+            return seq;
+        }
+        recorder.push(event.clone());
+        drop(recorder);
+        for (_, subscriber) in subscribers.iter() {
+            subscriber(&event);
+        }
+        seq
+    }
+
+    /// Calls `subscriber` with every event published from now on, on the publishing thread.
+    /// Events from different threads may reach it out of `seq` order.
+    pub fn subscribe(&self, subscriber: Box<dyn Fn(&Event) + Send + Sync>) -> SubscriptionId {
+        let id = SubscriptionId(self.next_subscription.fetch_add(1, Ordering::Relaxed));
+        let mut subscribers = self
+            .subscribers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut list = subscribers.to_vec();
+        list.push((id, Arc::from(subscriber)));
+        *subscribers = list.into();
+        id
+    }
+
+    /// Ends a subscription. Returns false when it had already ended.
+    pub fn unsubscribe(&self, id: SubscriptionId) -> bool {
+        let mut subscribers = self
+            .subscribers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = subscribers.len();
+        let list: Vec<_> = subscribers
+            .iter()
+            .filter(|(s, _)| *s != id)
+            .cloned()
+            .collect();
+        *subscribers = list.into();
+        subscribers.len() != before
+    }
+
+    /// The recorded events, oldest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.recorder().events.iter().cloned().collect()
+    }
+
+    /// The recorded events with `seq >= seq`, oldest first. Take [`EventBus::next_seq`]
+    /// before a cell runs and call this after it to get the cell's events.
+    pub fn since(&self, seq: u64) -> Vec<Event> {
+        let recorder = self.recorder();
+        let start = recorder.events.partition_point(|e| e.seq < seq);
+        recorder.events.range(start..).cloned().collect()
+    }
+
+    /// The `seq` the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.recorder().next_seq
+    }
+
+    /// Forgets the recorded events (numbering continues).
+    pub fn clear(&self) {
+        self.recorder().events.clear();
+    }
+
+    /// Events dropped because the recorder was full (or has no capacity).
+    pub fn dropped(&self) -> u64 {
+        self.recorder().dropped
+    }
+
+    fn recorder(&self) -> MutexGuard<'_, Recorder> {
+        // A panicking subscriber never holds this lock, and pushes are single steps.
+        self.recorder.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        EventBus::new()
+    }
+}
+
+impl fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let recorder = self.recorder();
+        f.debug_struct("EventBus")
+            .field("recorded", &recorder.events.len())
+            .field("capacity", &recorder.capacity)
+            .field("next_seq", &recorder.next_seq)
+            .field("dropped", &recorder.dropped)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::LogLevel;
+
+    fn log(message: &str) -> EventKind {
+        EventKind::Log {
+            level: LogLevel::Info,
+            target: "test".into(),
+            message: message.into(),
+        }
+    }
+
+    fn messages(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::Log { message, .. } => message.clone(),
+                other => other.tag().to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_are_numbered_and_timestamped() {
+        let bus = EventBus::new();
+        let start = bus.now_us();
+        assert_eq!(bus.publish(CoreId(0), log("a")), 0);
+        assert_eq!(bus.publish_at(CoreId(2), 5.0, log("b")), 1);
+        let events = bus.events();
+        assert_eq!(messages(&events), ["a", "b"]);
+        assert!(events[0].ts_us >= start);
+        assert_eq!((events[1].ts_us, events[1].core), (5.0, CoreId(2)));
+    }
+
+    #[test]
+    fn the_recorder_keeps_the_newest_and_counts_the_rest() {
+        let bus = EventBus::with_capacity(3);
+        for m in ["a", "b", "c", "d", "e"] {
+            bus.publish(CoreId(0), log(m));
+        }
+        assert_eq!(messages(&bus.events()), ["c", "d", "e"]);
+        assert_eq!(bus.dropped(), 2);
+        assert_eq!(messages(&bus.since(3)), ["d", "e"]);
+        assert_eq!(messages(&bus.since(0)), ["c", "d", "e"]);
+        bus.clear();
+        assert!(bus.events().is_empty());
+        assert_eq!(bus.next_seq(), 5);
+        assert_eq!(bus.publish(CoreId(0), log("f")), 5);
+    }
+
+    #[test]
+    fn subscribers_see_events_until_they_unsubscribe() {
+        let bus = Arc::new(EventBus::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let id = bus.subscribe(Box::new(move |e: &Event| sink.lock().unwrap().push(e.seq)));
+        // A subscriber may read the bus without deadlocking.
+        let reader = Arc::clone(&bus);
+        let other = bus.subscribe(Box::new(move |_: &Event| drop(reader.events())));
+        bus.publish(CoreId(0), log("a"));
+        bus.publish(CoreId(0), log("b"));
+        assert!(bus.unsubscribe(id));
+        assert!(!bus.unsubscribe(id));
+        bus.publish(CoreId(0), log("c"));
+        assert_eq!(*seen.lock().unwrap(), [0, 1]);
+        assert!(bus.unsubscribe(other));
+        assert_eq!(bus.events().len(), 3);
+    }
+
+    #[test]
+    fn publishing_from_threads_keeps_seq_order() {
+        let bus = EventBus::new();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let bus = &bus;
+                s.spawn(move || {
+                    for _ in 0..250 {
+                        bus.publish(CoreId(t), log("x"));
+                    }
+                });
+            }
+        });
+        let seqs: Vec<u64> = bus.events().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (0..1000).collect::<Vec<_>>());
+    }
+}

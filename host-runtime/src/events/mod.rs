@@ -1,0 +1,19 @@
+//! The event stream: one typed stream of what the runtime did, many views of it.
+//!
+//! Producers (ops, memory, the compiler, collectives, the sandbox) [`EventBus::publish`]
+//! [`Event`]s; the bus stamps them and keeps the recent ones. Views read them back: the
+//! per-cell [`Summary`], the Chrome trace ([`chrome_trace`]), `%events` tables, log filters.
+
+mod bus;
+mod event;
+pub mod fmt;
+mod summary;
+mod trace;
+
+pub use bus::{EventBus, SubscriptionId, DEFAULT_CAPACITY};
+pub use event::{
+    CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, LimitAction, LogLevel,
+    MemoryAction, MemoryEvent, OpEvent, TensorSig,
+};
+pub use summary::{OpTotal, Summary, TOP_OPS};
+pub use trace::{chrome_trace, save_chrome_trace};

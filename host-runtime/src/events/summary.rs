@@ -1,0 +1,386 @@
+//! The compact summary shown under a notebook cell.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use super::event::{Event, EventKind};
+use super::fmt::{bytes, duration};
+use crate::device::{Bound, CoreId};
+
+/// How many ops [`Summary::top_ops`] keeps.
+pub const TOP_OPS: usize = 5;
+
+/// Totals for one op name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTotal {
+    /// The op name.
+    pub name: String,
+    /// How many times it ran.
+    pub count: u64,
+    /// Total measured host time, seconds.
+    pub host_s: f64,
+    /// Total modeled device time, seconds.
+    pub modeled_s: f64,
+}
+
+/// What a slice of the event stream (typically one cell's) amounts to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Eager ops run.
+    pub ops: u64,
+    /// Cores that ran them.
+    pub cores: BTreeSet<CoreId>,
+    /// Total measured host time of the ops, seconds.
+    pub host_s: f64,
+    /// Total modeled device time of the ops, seconds (summed over cores).
+    pub modeled_s: f64,
+    /// Ops per roofline bound.
+    pub bounds: BTreeMap<Bound, u64>,
+    /// Op names with the most modeled time, largest first, at most [`TOP_OPS`].
+    pub top_ops: Vec<OpTotal>,
+    /// Highest bytes in use per core seen in these events.
+    pub peak_hbm: BTreeMap<CoreId, u64>,
+    /// Compiles, first-time and re-.
+    pub compiles: u64,
+    /// Compiles that were recompiles (a guard failed).
+    pub recompiles: u64,
+    /// Calls served from a compile cache.
+    pub cache_hits: u64,
+    /// Graph breaks.
+    pub graph_breaks: u64,
+    /// Functions that reached their recompile limit.
+    pub recompile_limits: u64,
+    /// Collectives run.
+    pub collectives: u64,
+    /// Their total modeled time, seconds.
+    pub collective_modeled_s: f64,
+    /// Guest traps.
+    pub traps: u64,
+}
+
+impl Summary {
+    /// Sums up `events`.
+    pub fn from_events(events: &[Event]) -> Summary {
+        let mut summary = Summary::default();
+        let mut per_op: HashMap<&str, OpTotal> = HashMap::new();
+        for event in events {
+            match &event.kind {
+                EventKind::Op(op) => {
+                    let (host_s, modeled_s) = (op.host_us * 1e-6, op.modeled.total_s);
+                    summary.ops += 1;
+                    summary.cores.insert(event.core);
+                    summary.host_s += host_s;
+                    summary.modeled_s += modeled_s;
+                    *summary.bounds.entry(op.modeled.bound).or_default() += 1;
+                    let total = per_op.entry(&op.name).or_insert_with(|| OpTotal {
+                        name: op.name.clone(),
+                        count: 0,
+                        host_s: 0.0,
+                        modeled_s: 0.0,
+                    });
+                    total.count += 1;
+                    total.host_s += host_s;
+                    total.modeled_s += modeled_s;
+                }
+                EventKind::Memory(m) => {
+                    // Peak within these events (a cell), not since the session started.
+                    let peak = summary.peak_hbm.entry(event.core).or_default();
+                    *peak = (*peak).max(m.in_use);
+                }
+                EventKind::Compile(c) => {
+                    summary.compiles += 1;
+                    summary.recompiles += u64::from(c.recompile);
+                }
+                EventKind::CacheHit { .. } => summary.cache_hits += 1,
+                EventKind::GraphBreak { .. } => summary.graph_breaks += 1,
+                EventKind::RecompileLimit { .. } => summary.recompile_limits += 1,
+                EventKind::Collective(c) => {
+                    summary.collectives += 1;
+                    summary.collective_modeled_s += c.modeled_us * 1e-6;
+                }
+                EventKind::GuestTrap { .. } => summary.traps += 1,
+                EventKind::Log { .. } => {}
+            }
+        }
+        let mut top: Vec<OpTotal> = per_op.into_values().collect();
+        // Ties broken by name so the summary is stable across runs.
+        top.sort_by(|a, b| {
+            b.modeled_s
+                .total_cmp(&a.modeled_s)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        top.truncate(TOP_OPS);
+        summary.top_ops = top;
+        summary
+    }
+
+    fn cores_text(&self) -> String {
+        match (self.cores.first(), self.cores.len()) {
+            (Some(core), 1) => core.to_string(),
+            (_, n) => format!("{n} cores"),
+        }
+    }
+
+    /// The items of the third line: compiles, caches, breaks, collectives, traps.
+    fn compile_items(&self) -> Vec<String> {
+        let mut items = Vec::new();
+        if self.compiles > 0 {
+            let mut text = format!("compiles {}", self.compiles);
+            if self.recompiles > 0 {
+                text += &format!(" (recompiles {})", self.recompiles);
+            }
+            items.push(text);
+        }
+        let counts = [
+            ("cache hits", self.cache_hits),
+            ("graph breaks", self.graph_breaks),
+            ("recompile limit reached", self.recompile_limits),
+        ];
+        for (label, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
+            items.push(format!("{label} {n}"));
+        }
+        if self.collectives > 0 {
+            items.push(format!(
+                "collectives {} (modeled {})",
+                self.collectives,
+                duration(self.collective_modeled_s)
+            ));
+        }
+        if self.traps > 0 {
+            items.push(format!("traps {}", self.traps));
+        }
+        items
+    }
+}
+
+/// Up to three lines: ops and times; the top ops; compiles, caches and collectives.
+/// For example:
+///
+/// ```text
+/// 12 ops on neuron:0 · host 1.20 ms · modeled 340 µs (memory-bound 9, compute-bound 3) · peak HBM 48.0 MiB
+/// top: matmul 3× 200 µs · add 5× 80.0 µs · exp 4× 60.0 µs
+/// compiles 2 (recompiles 1) · cache hits 3
+/// ```
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut line = Vec::new();
+        if self.ops > 0 {
+            line.push(format!("{} ops on {}", self.ops, self.cores_text()));
+            line.push(format!("host {}", duration(self.host_s)));
+            // Most frequent bound first.
+            let mut bounds: Vec<(&Bound, &u64)> = self.bounds.iter().collect();
+            bounds.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+            let bounds: Vec<String> = bounds.iter().map(|(b, n)| format!("{b} {n}")).collect();
+            line.push(format!(
+                "modeled {} ({})",
+                duration(self.modeled_s),
+                bounds.join(", ")
+            ));
+        } else {
+            line.push("no ops".to_string());
+        }
+        // The core with the highest peak; on ties, the first.
+        let peak = self
+            .peak_hbm
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)));
+        if let Some((core, &peak)) = peak {
+            let mut text = format!("peak HBM {}", bytes(peak));
+            if self.peak_hbm.len() > 1 {
+                text += &format!(" on {core}");
+            }
+            line.push(text);
+        }
+        write!(f, "{}", line.join(" · "))?;
+
+        if !self.top_ops.is_empty() {
+            let top: Vec<String> = self
+                .top_ops
+                .iter()
+                .take(3)
+                .map(|op| format!("{} {}× {}", op.name, op.count, duration(op.modeled_s)))
+                .collect();
+            write!(f, "\ntop: {}", top.join(" · "))?;
+        }
+        let items = self.compile_items();
+        if !items.is_empty() {
+            write!(f, "\n{}", items.join(" · "))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::device::ModeledTime;
+    use crate::events::{
+        CacheSource, CollectiveEvent, CompileEvent, MemoryAction, MemoryEvent, OpEvent, TensorSig,
+    };
+    use crate::tensor::DType;
+
+    pub(crate) fn op(
+        seq: u64,
+        core: u32,
+        name: &str,
+        host_us: f64,
+        modeled_us: f64,
+        bound: Bound,
+    ) -> Event {
+        let sig = TensorSig {
+            shape: vec![8, 128],
+            dtype: DType::F32,
+        };
+        Event {
+            seq,
+            ts_us: seq as f64 * 100.0,
+            core: CoreId(core),
+            kind: EventKind::Op(OpEvent {
+                name: name.into(),
+                inputs: vec![sig.clone(), sig.clone()],
+                outputs: vec![sig],
+                flops: 1024.0,
+                bytes: 12288.0,
+                host_us,
+                modeled: ModeledTime {
+                    compute_s: 0.0,
+                    memory_s: 0.0,
+                    launch_s: 0.0,
+                    total_s: modeled_us * 1e-6,
+                    bound,
+                },
+            }),
+        }
+    }
+
+    pub(crate) fn memory(seq: u64, core: u32, in_use: u64) -> Event {
+        Event {
+            seq,
+            ts_us: seq as f64 * 100.0,
+            core: CoreId(core),
+            kind: EventKind::Memory(MemoryEvent {
+                action: MemoryAction::Alloc,
+                bytes: in_use,
+                in_use,
+                peak: in_use,
+            }),
+        }
+    }
+
+    pub(crate) fn compile(seq: u64, recompile: bool) -> Event {
+        Event {
+            seq,
+            ts_us: seq as f64 * 100.0,
+            core: CoreId(0),
+            kind: EventKind::Compile(CompileEvent {
+                function: "mlp".into(),
+                reason: if recompile {
+                    "recompile 2/8 of 'mlp': input 0 'x' shape changed: expected [8, 128], got [8, 96]".into()
+                } else {
+                    "new function".into()
+                },
+                recompile,
+                nodes_before: 12,
+                nodes_after: 4,
+                fused_kernels: 2,
+                host_compile_us: 800.0,
+                cache: CacheSource::Miss,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_cell_on_one_core_reads_in_one_line() {
+        let mut events = Vec::new();
+        for i in 0..9 {
+            events.push(op(i, 0, "add", 100.0, 30.0, Bound::Memory));
+        }
+        for i in 9..12 {
+            events.push(op(i, 0, "matmul", 100.0, 23.333_333_333, Bound::Compute));
+        }
+        events.push(memory(12, 0, 48 << 20));
+        events.push(memory(13, 0, 16 << 20));
+        let s = Summary::from_events(&events);
+        assert_eq!(s.ops, 12);
+        assert!((s.host_s - 1.2e-3).abs() < 1e-12);
+        assert!((s.modeled_s - 340e-6).abs() < 1e-12);
+        assert_eq!(s.peak_hbm[&CoreId(0)], 48 << 20);
+        assert_eq!(s.top_ops[0].name, "add");
+        assert_eq!(
+            (s.top_ops[1].name.as_str(), s.top_ops[1].count),
+            ("matmul", 3)
+        );
+        assert_eq!(
+            s.to_string(),
+            "12 ops on neuron:0 · host 1.20 ms · modeled 340 µs (memory-bound 9, compute-bound 3) \
+             · peak HBM 48.0 MiB\n\
+             top: add 9× 270 µs · matmul 3× 70.0 µs"
+        );
+    }
+
+    #[test]
+    fn compiles_caches_and_collectives_get_a_line() {
+        let mut events = vec![
+            compile(0, false),
+            compile(1, true),
+            op(2, 0, "exp", 5.0, 10.0, Bound::Launch),
+            op(3, 1, "exp", 5.0, 10.0, Bound::Launch),
+            memory(4, 0, 1024),
+            memory(5, 1, 4096),
+        ];
+        let at = |seq, kind| Event {
+            seq,
+            ts_us: 0.0,
+            core: CoreId(0),
+            kind,
+        };
+        events.push(at(
+            6,
+            EventKind::CacheHit {
+                function: "mlp".into(),
+                source: CacheSource::Memory,
+            },
+        ));
+        events.push(at(
+            7,
+            EventKind::GraphBreak {
+                function: "f".into(),
+                reason: "item()".into(),
+                op: "item".into(),
+            },
+        ));
+        events.push(at(
+            8,
+            EventKind::Collective(CollectiveEvent {
+                op: "all_reduce".into(),
+                group: vec![0, 1],
+                mesh_dim: None,
+                bytes: 4096,
+                host_us: 30.0,
+                modeled_us: 12.0,
+            }),
+        ));
+        let s = Summary::from_events(&events);
+        assert_eq!(
+            (
+                s.compiles,
+                s.recompiles,
+                s.cache_hits,
+                s.graph_breaks,
+                s.collectives
+            ),
+            (2, 1, 1, 1, 1)
+        );
+        assert_eq!(
+            s.to_string(),
+            "2 ops on 2 cores · host 10.0 µs · modeled 20.0 µs (launch-bound 2) · peak HBM 4.00 KiB on neuron:1\n\
+             top: exp 2× 20.0 µs\n\
+             compiles 2 (recompiles 1) · cache hits 1 · graph breaks 1 · collectives 1 (modeled 12.0 µs)"
+        );
+    }
+
+    #[test]
+    fn nothing_happened() {
+        assert_eq!(Summary::from_events(&[]).to_string(), "no ops");
+    }
+}

@@ -1,0 +1,18 @@
+//! `neuronlab-runtime`: everything the neuronlab host does.
+//!
+//! - [`tensor`]: dtypes, strided tensors with views, storage, numpy-style formatting.
+//! - [`ops`]: the op registry (the single source of truth for an op) and the CPU kernels.
+//! - [`device`]: the simulated Neuron topology, HBM accounting and the roofline cost model.
+//! - [`events`]: the typed event stream, its bus, summaries and Chrome trace export.
+//! - [`runtime`]: the eager runtime that ties them together: dispatch, timing, events.
+
+pub mod device;
+pub mod error;
+pub mod events;
+pub mod ops;
+pub mod runtime;
+pub mod tensor;
+
+pub use error::{Error, Result};
+pub use runtime::Runtime;
+pub use tensor::{DType, Tensor};

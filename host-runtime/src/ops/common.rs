@@ -1,0 +1,304 @@
+//! Building blocks shared by the kernels: typed maps over (broadcast, strided) operands, dtype
+//! casts of temporaries, float compute types, and cost helpers.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use num_traits::Float;
+use rayon::prelude::*;
+
+use super::registry::{InputSpec, MetaArgs};
+use crate::device::cost::{Engine, OpCost};
+use crate::tensor::strided::{self, PARALLEL_THRESHOLD};
+use crate::tensor::{
+    normalize_dim, shape_str, DType, Element, Layout, Storage, Tensor, TensorMeta,
+};
+use crate::with_dtype;
+
+/// The input list of single-tensor ops.
+pub static IN_X: &[InputSpec] = &[InputSpec::tensor("x")];
+/// The input list of binary ops.
+pub static IN_AB: &[InputSpec] = &[InputSpec::tensor("a"), InputSpec::tensor("b")];
+
+/// Elements per rayon task for flat loops.
+const MIN_TASK: usize = 1 << 14;
+
+/// Strides that read `layout` as if broadcast to `out_shape` (0 on broadcast dims).
+/// The shapes must already be known to broadcast.
+pub fn broadcast_strides(layout: &Layout, out_shape: &[usize]) -> Vec<usize> {
+    let lead = out_shape.len() - layout.rank();
+    (0..out_shape.len())
+        .map(|d| {
+            if d < lead || layout.shape[d - lead] == 1 {
+                0
+            } else {
+                layout.strides[d - lead]
+            }
+        })
+        .collect()
+}
+
+/// `t` as `dtype`: itself when it already is, else a dense converted temporary.
+///
+/// Temporaries are not charged to the core's HBM: they model a conversion the device would
+/// fuse into the op.
+pub fn as_dtype(t: &Tensor, dtype: DType) -> Tensor {
+    if t.dtype() == dtype {
+        return t.clone();
+    }
+    let buffer = with_dtype!(dtype, D => D::into_buffer(t.to_vec::<D>()));
+    Tensor::from_storage(
+        Arc::new(Storage::new(buffer, None)),
+        Layout::contiguous(t.shape()),
+        t.device(),
+    )
+}
+
+/// `t` as a dense row-major temporary (itself when already contiguous at offset 0).
+pub fn dense(t: &Tensor) -> Tensor {
+    if t.is_contiguous() && t.layout().offset == 0 {
+        return t.clone();
+    }
+    Tensor::from_storage(
+        Arc::new(Storage::new(t.to_buffer(), None)),
+        Layout::contiguous(t.shape()),
+        t.device(),
+    )
+}
+
+/// Applies `f` to every element of `x`, in row-major order.
+pub fn map1<S: Element, U: Send>(x: &Tensor, f: impl Fn(S) -> U + Sync + Send) -> Vec<U> {
+    if let Some(s) = x.contiguous_data::<S>() {
+        if s.len() >= PARALLEL_THRESHOLD {
+            return s.par_iter().with_min_len(MIN_TASK).map(|&v| f(v)).collect();
+        }
+        return s.iter().map(|&v| f(v)).collect();
+    }
+    let data = x.data::<S>();
+    strided::map(x.shape(), [x.strides()], [x.layout().offset], |[o]| {
+        f(data[o])
+    })
+}
+
+/// Applies `f` to pairs of elements of `a` and `b` broadcast to `out_shape`.
+pub fn map2<A: Element, B: Element, U: Send>(
+    a: &Tensor,
+    b: &Tensor,
+    out_shape: &[usize],
+    f: impl Fn(A, B) -> U + Sync + Send,
+) -> Vec<U> {
+    if a.shape() == out_shape && b.shape() == out_shape {
+        if let (Some(x), Some(y)) = (a.contiguous_data::<A>(), b.contiguous_data::<B>()) {
+            if x.len() >= PARALLEL_THRESHOLD {
+                return x
+                    .par_iter()
+                    .zip(y.par_iter())
+                    .with_min_len(MIN_TASK)
+                    .map(|(&p, &q)| f(p, q))
+                    .collect();
+            }
+            return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+        }
+    }
+    let (da, db) = (a.data::<A>(), b.data::<B>());
+    let (sa, sb) = (
+        broadcast_strides(a.layout(), out_shape),
+        broadcast_strides(b.layout(), out_shape),
+    );
+    strided::map(
+        out_shape,
+        [&sa, &sb],
+        [a.layout().offset, b.layout().offset],
+        |[p, q]| f(da[p], db[q]),
+    )
+}
+
+/// Applies `f` to triples of elements broadcast to `out_shape`.
+pub fn map3<A: Element, B: Element, C: Element, U: Send>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    out_shape: &[usize],
+    f: impl Fn(A, B, C) -> U + Sync + Send,
+) -> Vec<U> {
+    let (da, db, dc) = (a.data::<A>(), b.data::<B>(), c.data::<C>());
+    let s: [Vec<usize>; 3] = [a, b, c].map(|t| broadcast_strides(t.layout(), out_shape));
+    strided::map(
+        out_shape,
+        [&s[0], &s[1], &s[2]],
+        [a.layout().offset, b.layout().offset, c.layout().offset],
+        |[p, q, r]| f(da[p], db[q], dc[r]),
+    )
+}
+
+/// Float math that `num_traits::Float` lacks, for f32 and f64.
+pub trait MathExt: Float + Send + Sync {
+    /// The error function.
+    fn erf(self) -> Self;
+    /// A constant.
+    fn c(v: f64) -> Self;
+}
+
+impl MathExt for f32 {
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
+    fn c(v: f64) -> f32 {
+        v as f32
+    }
+}
+
+impl MathExt for f64 {
+    fn erf(self) -> f64 {
+        libm::erf(self)
+    }
+    fn c(v: f64) -> f64 {
+        v
+    }
+}
+
+/// A float storage type and the type it computes in: f32 for f32, bf16 and f16 (then rounded,
+/// as PyTorch does on CPU), f64 for f64.
+pub trait FloatElem: Element {
+    /// The compute type.
+    type C: MathExt;
+    /// Widens to the compute type.
+    fn up(self) -> Self::C;
+    /// Rounds back from the compute type.
+    fn down(c: Self::C) -> Self;
+}
+
+impl FloatElem for f32 {
+    type C = f32;
+    fn up(self) -> f32 {
+        self
+    }
+    fn down(c: f32) -> f32 {
+        c
+    }
+}
+
+impl FloatElem for f64 {
+    type C = f64;
+    fn up(self) -> f64 {
+        self
+    }
+    fn down(c: f64) -> f64 {
+        c
+    }
+}
+
+impl FloatElem for bf16 {
+    type C = f32;
+    fn up(self) -> f32 {
+        self.to_f32()
+    }
+    fn down(c: f32) -> bf16 {
+        bf16::from_f32(c)
+    }
+}
+
+impl FloatElem for f16 {
+    type C = f32;
+    fn up(self) -> f32 {
+        self.to_f32()
+    }
+    fn down(c: f32) -> f16 {
+        f16::from_f32(c)
+    }
+}
+
+/// Runs `$body` with `$T` bound to the float storage type of `$dtype` (a float dtype).
+macro_rules! with_float {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::tensor::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::tensor::DType::Bf16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::tensor::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::tensor::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => return Err(format!("expected a floating dtype, got {other}")),
+        }
+    };
+}
+pub(crate) use with_float;
+
+/// Requires a floating dtype.
+pub fn expect_float(what: &str, m: &TensorMeta) -> Result<(), String> {
+    if m.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must have a floating dtype (f32, bf16, f16, f64), got {}; cast it first",
+            m.dtype
+        ))
+    }
+}
+
+/// Requires an integer dtype for indices.
+pub fn expect_index(what: &str, m: &TensorMeta) -> Result<(), String> {
+    if matches!(m.dtype, DType::I64 | DType::I32 | DType::U8) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must hold integer indices (i64, i32 or u8), got {}",
+            m.dtype
+        ))
+    }
+}
+
+/// Resolves a dim attribute against a rank, with the error naming the shape.
+pub fn dim_of(dim: i64, shape: &[usize]) -> Result<usize, String> {
+    normalize_dim(dim, shape.len()).map_err(|e| format!("{e} (shape {})", shape_str(shape)))
+}
+
+/// Bytes read (all inputs) and written (all outputs) for dense tensors.
+pub fn io_bytes(inputs: &[TensorMeta], outputs: &[TensorMeta]) -> (f64, f64) {
+    let sum = |ms: &[TensorMeta]| ms.iter().map(|m| m.nbytes() as f64).sum::<f64>();
+    (sum(inputs), sum(outputs))
+}
+
+/// The cost of an op that reads its inputs once, writes its outputs once and does
+/// `flops_per_element` operations per output element on `engine`.
+pub fn streaming_cost(
+    args: &MetaArgs,
+    outputs: &[TensorMeta],
+    flops_per_element: f64,
+    engine: Engine,
+) -> OpCost {
+    let (read, written) = io_bytes(args.inputs, outputs);
+    let numel = outputs.first().map_or(0, |m| m.numel()) as f64;
+    let dtype = outputs
+        .first()
+        .or(args.inputs.first())
+        .map_or(DType::F32, |m| m.dtype);
+    OpCost {
+        flops: numel * flops_per_element,
+        bytes_read: read,
+        bytes_written: written,
+        engine,
+        dtype,
+        matmul: None,
+    }
+}
+
+/// The cost of an op that only re-describes memory (views).
+pub fn free_cost(_: &MetaArgs, _: &[TensorMeta]) -> OpCost {
+    OpCost::free()
+}
+
+/// The cost of a pure data movement (copies, gathers, concatenation): bytes, no flops.
+pub fn copy_cost(args: &MetaArgs, outputs: &[TensorMeta]) -> OpCost {
+    streaming_cost(args, outputs, 0.0, Engine::Vector)
+}

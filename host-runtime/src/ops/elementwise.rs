@@ -1,0 +1,616 @@
+//! Elementwise ops with numpy broadcasting and PyTorch type promotion: unary math, binary
+//! arithmetic, comparisons, logic, `where`, `clamp` and `cast`.
+//!
+//! Each op is a zero-sized type implementing one small trait; the generic kernels are
+//! monomorphized per op so the inner loops inline the math.
+
+use half::{bf16, f16};
+
+use super::attrs::{AttrDefault, AttrKind, AttrSpec};
+use super::common::{as_dtype, map1, map2, map3, streaming_cost, with_float, FloatElem, MathExt};
+use super::registry::{Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use crate::device::cost::{Engine, OpCost};
+use crate::tensor::{broadcast_shapes, Buffer, DType, Element, TensorMeta};
+use crate::with_dtype;
+
+type KResult = Result<Vec<Buffer>, String>;
+
+static X: &[InputSpec] = &[InputSpec::tensor("x")];
+static AB: &[InputSpec] = &[InputSpec::tensor("a"), InputSpec::tensor("b")];
+static OUT: &[&str] = &["out"];
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops that always compute in floating point (int inputs become the default float).
+
+/// A unary op computed in floating point.
+trait UnaryFloat {
+    const NAME: &'static str;
+    const DOC: &'static str;
+    const ENGINE: Engine;
+    fn apply<F: MathExt>(x: F) -> F;
+}
+
+fn infer_unary_float(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let x = &a.inputs[0];
+    Ok(vec![TensorMeta::new(x.shape.clone(), x.dtype.to_float())])
+}
+
+fn float_map<T: FloatElem>(x: &crate::Tensor, f: impl Fn(T::C) -> T::C + Sync + Send) -> Buffer {
+    T::into_buffer(map1(x, |v: T| T::down(f(v.up()))))
+}
+
+fn unary_float_kernel<O: UnaryFloat>(a: &KernelArgs) -> KResult {
+    let out = a.outputs[0].dtype;
+    let x = as_dtype(a.inputs[0], out);
+    Ok(vec![with_float!(out, T => float_map::<T>(&x, O::apply))])
+}
+
+fn unary_cost<O: UnaryFloat>(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    streaming_cost(a, o, 1.0, O::ENGINE)
+}
+
+fn unary_float_def<O: UnaryFloat>() -> OpDef {
+    OpDef {
+        name: O::NAME,
+        doc: O::DOC,
+        group: OpGroup::Elementwise,
+        inputs: X,
+        attrs: &[],
+        outputs: OUT,
+        infer: infer_unary_float,
+        exec: Exec::Compute(unary_float_kernel::<O>),
+        cost: unary_cost::<O>,
+    }
+}
+
+macro_rules! unary_float_ops {
+    ($($ty:ident $name:literal $engine:ident $doc:literal |$x:ident| $body:expr;)*) => {
+        $(
+            struct $ty;
+            impl UnaryFloat for $ty {
+                const NAME: &'static str = $name;
+                const DOC: &'static str = $doc;
+                const ENGINE: Engine = Engine::$engine;
+                #[inline(always)]
+                fn apply<F: MathExt>($x: F) -> F {
+                    $body
+                }
+            }
+        )*
+        fn unary_float_defs() -> Vec<OpDef> {
+            vec![$(unary_float_def::<$ty>()),*]
+        }
+    };
+}
+
+unary_float_ops! {
+    Exp "exp" Scalar "e raised to each element" |x| x.exp();
+    Log "log" Scalar "natural logarithm of each element" |x| x.ln();
+    Sqrt "sqrt" Scalar "square root of each element" |x| x.sqrt();
+    Rsqrt "rsqrt" Scalar "reciprocal square root, 1/sqrt(x)" |x| x.sqrt().recip();
+    Reciprocal "reciprocal" Vector "1/x for each element" |x| x.recip();
+    Tanh "tanh" Scalar "hyperbolic tangent" |x| x.tanh();
+    Sigmoid "sigmoid" Scalar "logistic function 1/(1+exp(-x))" |x| F::one() / (F::one() + (-x).exp());
+    Silu "silu" Scalar "x * sigmoid(x) (SiLU / swish)" |x| x / (F::one() + (-x).exp());
+    Sin "sin" Scalar "sine (radians)" |x| x.sin();
+    Cos "cos" Scalar "cosine (radians)" |x| x.cos();
+    Erf "erf" Scalar "the error function" |x| x.erf();
+}
+
+// gelu has a mode attribute, so it is written out.
+static GELU_ATTRS: &[AttrSpec] = &[AttrSpec::choice("approximate", "none", &["none", "tanh"])];
+
+#[inline(always)]
+fn gelu_erf<F: MathExt>(x: F) -> F {
+    F::c(0.5) * x * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+}
+
+#[inline(always)]
+fn gelu_tanh<F: MathExt>(x: F) -> F {
+    // sqrt(2/pi) * (x + 0.044715 x^3), as torch's approximate='tanh'.
+    let inner = F::c(0.797_884_560_802_865_4) * (x + F::c(0.044715) * x * x * x);
+    F::c(0.5) * x * (F::one() + inner.tanh())
+}
+
+fn gelu_kernel(a: &KernelArgs) -> KResult {
+    let out = a.outputs[0].dtype;
+    let x = as_dtype(a.inputs[0], out);
+    let tanh = a.attrs.str("approximate") == "tanh";
+    Ok(vec![with_float!(out, T => if tanh {
+        float_map::<T>(&x, gelu_tanh)
+    } else {
+        float_map::<T>(&x, gelu_erf)
+    })])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops that keep the dtype (ints included).
+
+/// A unary op defined for floats and integers alike.
+trait UnaryNumeric {
+    const NAME: &'static str;
+    const DOC: &'static str;
+    fn float<F: MathExt>(x: F) -> F;
+    fn int(x: i64) -> i64;
+}
+
+fn infer_unary_numeric(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let x = &a.inputs[0];
+    if x.dtype == DType::Bool {
+        return Err("expected a numeric dtype, got bool".into());
+    }
+    Ok(vec![x.clone()])
+}
+
+fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
+    let x = a.inputs[0];
+    let out = x.dtype();
+    if out.is_float() {
+        return Ok(vec![with_float!(out, T => float_map::<T>(x, O::float))]);
+    }
+    Ok(vec![
+        with_dtype!(out, T => T::into_buffer(map1(x, |v: T| T::from_i64(O::int(v.to_i64()))))),
+    ])
+}
+
+fn unary_numeric_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    streaming_cost(a, o, 1.0, Engine::Vector)
+}
+
+macro_rules! unary_numeric_ops {
+    ($($ty:ident $name:literal $doc:literal |$x:ident| $float:expr, |$i:ident| $int:expr;)*) => {
+        $(
+            struct $ty;
+            impl UnaryNumeric for $ty {
+                const NAME: &'static str = $name;
+                const DOC: &'static str = $doc;
+                #[inline(always)]
+                fn float<F: MathExt>($x: F) -> F {
+                    $float
+                }
+                #[inline(always)]
+                fn int($i: i64) -> i64 {
+                    $int
+                }
+            }
+        )*
+        fn unary_numeric_defs() -> Vec<OpDef> {
+            vec![$(OpDef {
+                name: $ty::NAME,
+                doc: $ty::DOC,
+                group: OpGroup::Elementwise,
+                inputs: X,
+                attrs: &[],
+                outputs: OUT,
+                infer: infer_unary_numeric,
+                exec: Exec::Compute(unary_numeric_kernel::<$ty>),
+                cost: unary_numeric_cost,
+            }),*]
+        }
+    };
+}
+
+unary_numeric_ops! {
+    Neg "neg" "negation, -x" |x| -x, |i| i.wrapping_neg();
+    Abs "abs" "absolute value" |x| x.abs(), |i| i.wrapping_abs();
+    Relu "relu" "max(x, 0)" |x| if x > F::zero() { x } else if x.is_nan() { x } else { F::zero() }, |i| i.max(0);
+    Square "square" "x * x" |x| x * x, |i| i.wrapping_mul(i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary arithmetic with broadcasting and promotion.
+
+/// A binary arithmetic op.
+trait BinaryArith {
+    const NAME: &'static str;
+    const DOC: &'static str;
+    /// True division: integer operands give the default float.
+    const ALWAYS_FLOAT: bool = false;
+    /// Defined on bools (as logical or/and for add/mul, as torch).
+    const BOOL_OK: bool = true;
+    fn float<F: MathExt>(a: F, b: F) -> F;
+    fn int(a: i64, b: i64) -> i64;
+    /// A check on integer operands before the loop (pow rejects negative exponents).
+    fn check_int(_b: &crate::Tensor) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn promoted(a: &TensorMeta, b: &TensorMeta) -> DType {
+    DType::result_type(&[(a.dtype, a.shape.is_empty()), (b.dtype, b.shape.is_empty())])
+        .expect("two operands")
+}
+
+fn infer_arith<O: BinaryArith>(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (x, y) = (&a.inputs[0], &a.inputs[1]);
+    let shape = broadcast_shapes(&x.shape, &y.shape).map_err(|e| e.0)?;
+    let mut dtype = promoted(x, y);
+    if O::ALWAYS_FLOAT {
+        dtype = dtype.to_float();
+    }
+    if dtype == DType::Bool && !O::BOOL_OK {
+        return Err(format!(
+            "{} is not defined for two bool tensors; use logical_xor or cast to an integer dtype",
+            O::NAME
+        ));
+    }
+    Ok(vec![TensorMeta::new(shape, dtype)])
+}
+
+fn arith_kernel<O: BinaryArith>(a: &KernelArgs) -> KResult {
+    let out = &a.outputs[0];
+    let x = as_dtype(a.inputs[0], out.dtype);
+    let y = as_dtype(a.inputs[1], out.dtype);
+    if out.dtype.is_float() {
+        return Ok(vec![
+            with_float!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape,
+            |p: T, q: T| T::down(O::float(p.up(), q.up()))))),
+        ]);
+    }
+    O::check_int(&y)?;
+    Ok(vec![
+        with_dtype!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape,
+        |p: T, q: T| T::from_i64(O::int(p.to_i64(), q.to_i64()))))),
+    ])
+}
+
+fn arith_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    streaming_cost(a, o, 1.0, Engine::Vector)
+}
+
+macro_rules! arith_ops {
+    ($($ty:ident $name:literal $doc:literal [$($k:ident = $v:expr),*]
+        |$a:ident, $b:ident| $float:expr, |$ia:ident, $ib:ident| $int:expr;)*) => {
+        $(
+            struct $ty;
+            impl BinaryArith for $ty {
+                const NAME: &'static str = $name;
+                const DOC: &'static str = $doc;
+                $(const $k: bool = $v;)*
+                #[inline(always)]
+                fn float<F: MathExt>($a: F, $b: F) -> F {
+                    $float
+                }
+                #[inline(always)]
+                fn int($ia: i64, $ib: i64) -> i64 {
+                    $int
+                }
+            }
+        )*
+        fn arith_defs() -> Vec<OpDef> {
+            vec![$(OpDef {
+                name: $ty::NAME,
+                doc: $ty::DOC,
+                group: OpGroup::Elementwise,
+                inputs: AB,
+                attrs: &[],
+                outputs: OUT,
+                infer: infer_arith::<$ty>,
+                exec: Exec::Compute(arith_kernel::<$ty>),
+                cost: arith_cost,
+            }),*]
+        }
+    };
+}
+
+fn nan_max<F: MathExt>(a: F, b: F) -> F {
+    if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+fn nan_min<F: MathExt>(a: F, b: F) -> F {
+    if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+arith_ops! {
+    Add "add" "a + b with broadcasting" [] |a, b| a + b, |a, b| a.wrapping_add(b);
+    Sub "sub" "a - b with broadcasting" [BOOL_OK = false] |a, b| a - b, |a, b| a.wrapping_sub(b);
+    Mul "mul" "a * b with broadcasting" [] |a, b| a * b, |a, b| a.wrapping_mul(b);
+    Div "div" "true division a / b (integers give floats)" [ALWAYS_FLOAT = true] |a, b| a / b, |a, b| a / b;
+    Maximum "maximum" "elementwise max; NaN propagates" [] |a, b| nan_max(a, b), |a, b| a.max(b);
+    Minimum "minimum" "elementwise min; NaN propagates" [] |a, b| nan_min(a, b), |a, b| a.min(b);
+}
+
+struct Pow;
+impl BinaryArith for Pow {
+    const NAME: &'static str = "pow";
+    const DOC: &'static str = "a raised to the power b with broadcasting";
+    const BOOL_OK: bool = false;
+    fn float<F: MathExt>(a: F, b: F) -> F {
+        a.powf(b)
+    }
+    fn int(a: i64, b: i64) -> i64 {
+        a.wrapping_pow(b.clamp(0, u32::MAX as i64) as u32)
+    }
+    fn check_int(b: &crate::Tensor) -> Result<(), String> {
+        if b.to_vec::<i64>().iter().any(|&e| e < 0) {
+            return Err(
+                "integers to negative integer powers are not allowed; cast to a float dtype".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons and logic: bool outputs.
+
+/// A comparison computed in the promoted dtype.
+trait Compare {
+    const NAME: &'static str;
+    const DOC: &'static str;
+    fn cmp<T: PartialOrd>(a: T, b: T) -> bool;
+}
+
+fn infer_bool_binary(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let shape = broadcast_shapes(&a.inputs[0].shape, &a.inputs[1].shape).map_err(|e| e.0)?;
+    Ok(vec![TensorMeta::new(shape, DType::Bool)])
+}
+
+fn compare_kernel<O: Compare>(a: &KernelArgs) -> KResult {
+    let dtype = promoted(&a.inputs[0].meta(), &a.inputs[1].meta());
+    let x = as_dtype(a.inputs[0], dtype);
+    let y = as_dtype(a.inputs[1], dtype);
+    let shape = &a.outputs[0].shape;
+    Ok(vec![
+        with_dtype!(dtype, T => Buffer::Bool(map2(&x, &y, shape, |p: T, q: T| O::cmp(p, q)))),
+    ])
+}
+
+macro_rules! compare_ops {
+    ($($ty:ident $name:literal $doc:literal |$a:ident, $b:ident| $body:expr;)*) => {
+        $(
+            struct $ty;
+            impl Compare for $ty {
+                const NAME: &'static str = $name;
+                const DOC: &'static str = $doc;
+                #[inline(always)]
+                fn cmp<T: PartialOrd>($a: T, $b: T) -> bool {
+                    $body
+                }
+            }
+        )*
+        fn compare_defs() -> Vec<OpDef> {
+            vec![$(OpDef {
+                name: $ty::NAME,
+                doc: $ty::DOC,
+                group: OpGroup::Comparison,
+                inputs: AB,
+                attrs: &[],
+                outputs: OUT,
+                infer: infer_bool_binary,
+                exec: Exec::Compute(compare_kernel::<$ty>),
+                cost: arith_cost,
+            }),*]
+        }
+    };
+}
+
+compare_ops! {
+    Eq "eq" "a == b (bool)" |a, b| a == b;
+    Ne "ne" "a != b (bool; true where either is NaN)" |a, b| a != b;
+    Lt "lt" "a < b (bool)" |a, b| a < b;
+    Le "le" "a <= b (bool)" |a, b| a <= b;
+    Gt "gt" "a > b (bool)" |a, b| a > b;
+    Ge "ge" "a >= b (bool)" |a, b| a >= b;
+}
+
+fn logical_kernel(a: &KernelArgs, f: fn(bool, bool) -> bool) -> KResult {
+    let x = as_dtype(a.inputs[0], DType::Bool);
+    let y = as_dtype(a.inputs[1], DType::Bool);
+    Ok(vec![Buffer::Bool(map2(&x, &y, &a.outputs[0].shape, f))])
+}
+
+fn logical_defs() -> Vec<OpDef> {
+    let def = |name, doc, exec| OpDef {
+        name,
+        doc,
+        group: OpGroup::Comparison,
+        inputs: AB,
+        attrs: &[],
+        outputs: OUT,
+        infer: infer_bool_binary,
+        exec: Exec::Compute(exec),
+        cost: arith_cost,
+    };
+    vec![
+        def(
+            "logical_and",
+            "a and b, each element tested for != 0",
+            |a| logical_kernel(a, |p, q| p && q),
+        ),
+        def("logical_or", "a or b, each element tested for != 0", |a| {
+            logical_kernel(a, |p, q| p || q)
+        }),
+        def(
+            "logical_xor",
+            "a xor b, each element tested for != 0",
+            |a| logical_kernel(a, |p, q| p != q),
+        ),
+        OpDef {
+            name: "logical_not",
+            doc: "not x, each element tested for != 0",
+            inputs: X,
+            infer: |a| {
+                Ok(vec![TensorMeta::new(
+                    a.inputs[0].shape.clone(),
+                    DType::Bool,
+                )])
+            },
+            exec: Exec::Compute(|a| {
+                let x = as_dtype(a.inputs[0], DType::Bool);
+                Ok(vec![Buffer::Bool(map1(&x, |v: bool| !v))])
+            }),
+            ..def("", "", |_| Ok(vec![]))
+        },
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// where, clamp, cast.
+
+static WHERE_INPUTS: &[InputSpec] = &[
+    InputSpec::tensor("condition"),
+    InputSpec::tensor("a"),
+    InputSpec::tensor("b"),
+];
+
+fn infer_where(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (c, x, y) = (&a.inputs[0], &a.inputs[1], &a.inputs[2]);
+    if c.dtype != DType::Bool {
+        return Err(format!(
+            "condition must be bool, got {}; compare first (e.g. gt) or cast to bool",
+            c.dtype
+        ));
+    }
+    let shape = broadcast_shapes(&c.shape, &x.shape)
+        .and_then(|s| broadcast_shapes(&s, &y.shape))
+        .map_err(|e| e.0)?;
+    Ok(vec![TensorMeta::new(shape, promoted(x, y))])
+}
+
+fn where_kernel(a: &KernelArgs) -> KResult {
+    let out = &a.outputs[0];
+    let x = as_dtype(a.inputs[1], out.dtype);
+    let y = as_dtype(a.inputs[2], out.dtype);
+    Ok(vec![
+        with_dtype!(out.dtype, T => T::into_buffer(map3(a.inputs[0], &x, &y, &out.shape,
+        |c: bool, p: T, q: T| if c { p } else { q }))),
+    ])
+}
+
+static CLAMP_ATTRS: &[AttrSpec] = &[
+    AttrSpec::new("min", AttrKind::Float, AttrDefault::Optional),
+    AttrSpec::new("max", AttrKind::Float, AttrDefault::Optional),
+];
+
+fn infer_clamp(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (lo, hi) = (a.attrs.opt_float("min"), a.attrs.opt_float("max"));
+    if lo.is_none() && hi.is_none() {
+        return Err("give at least one of the attributes min and max".into());
+    }
+    infer_unary_numeric(a)
+}
+
+fn clamp_kernel(a: &KernelArgs) -> KResult {
+    let x = a.inputs[0];
+    let lo = a.attrs.opt_float("min").unwrap_or(f64::NEG_INFINITY);
+    let hi = a.attrs.opt_float("max").unwrap_or(f64::INFINITY);
+    let dtype = x.dtype();
+    if dtype.is_float() {
+        return Ok(vec![with_float!(dtype, T => {
+            let (l, h) = (<T as FloatElem>::C::c(lo), <T as FloatElem>::C::c(hi));
+            // As torch.clamp: min first, then max, so min > max gives max everywhere.
+            float_map::<T>(x, |v| if v.is_nan() { v } else { v.max(l).min(h) })
+        })]);
+    }
+    Ok(vec![
+        with_dtype!(dtype, T => T::into_buffer(map1(x, |v: T| {
+            T::from_f64(v.to_f64().max(lo).min(hi))
+        }))),
+    ])
+}
+
+static CAST_ATTRS: &[AttrSpec] = &[AttrSpec::new(
+    "dtype",
+    AttrKind::DType,
+    AttrDefault::Required,
+)];
+
+fn cast_kernel(a: &KernelArgs) -> KResult {
+    let x = a.inputs[0];
+    let to = a.outputs[0].dtype;
+    // Direct narrowing from f32 avoids a double rounding through f64.
+    let buffer = match (x.dtype(), to) {
+        (DType::F32, DType::Bf16) => Buffer::Bf16(map1(x, bf16::from_f32)),
+        (DType::F32, DType::F16) => Buffer::F16(map1(x, f16::from_f32)),
+        _ => {
+            with_dtype!(x.dtype(), S => with_dtype!(to, D => D::into_buffer(map1(x, |v: S| D::cast_from(v)))))
+        }
+    };
+    Ok(vec![buffer])
+}
+
+fn cast_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    streaming_cost(a, o, 1.0, Engine::Vector)
+}
+
+/// The elementwise ops.
+pub fn defs() -> Vec<OpDef> {
+    let mut defs = unary_float_defs();
+    defs.push(OpDef {
+        name: "gelu",
+        doc: "GELU: x * Phi(x), exact (erf) or with approximate='tanh'",
+        group: OpGroup::Elementwise,
+        inputs: X,
+        attrs: GELU_ATTRS,
+        outputs: OUT,
+        infer: infer_unary_float,
+        exec: Exec::Compute(gelu_kernel),
+        cost: |a, o| streaming_cost(a, o, 1.0, Engine::Scalar),
+    });
+    defs.extend(unary_numeric_defs());
+    defs.extend(arith_defs());
+    defs.push(OpDef {
+        name: Pow::NAME,
+        doc: Pow::DOC,
+        group: OpGroup::Elementwise,
+        inputs: AB,
+        attrs: &[],
+        outputs: OUT,
+        infer: infer_arith::<Pow>,
+        exec: Exec::Compute(arith_kernel::<Pow>),
+        cost: |a, o| streaming_cost(a, o, 1.0, Engine::Scalar),
+    });
+    defs.extend(compare_defs());
+    defs.extend(logical_defs());
+    defs.push(OpDef {
+        name: "where",
+        doc: "elements of a where condition is true, else of b (broadcast)",
+        group: OpGroup::Comparison,
+        inputs: WHERE_INPUTS,
+        attrs: &[],
+        outputs: OUT,
+        infer: infer_where,
+        exec: Exec::Compute(where_kernel),
+        cost: arith_cost,
+    });
+    defs.push(OpDef {
+        name: "clamp",
+        doc: "limits each element to [min, max] (either bound may be omitted)",
+        group: OpGroup::Elementwise,
+        inputs: X,
+        attrs: CLAMP_ATTRS,
+        outputs: OUT,
+        infer: infer_clamp,
+        exec: Exec::Compute(clamp_kernel),
+        cost: arith_cost,
+    });
+    defs.push(OpDef {
+        name: "cast",
+        doc: "converts to another dtype (floats to ints truncate; bf16/f16 round to nearest)",
+        group: OpGroup::Cast,
+        inputs: X,
+        attrs: CAST_ATTRS,
+        outputs: OUT,
+        infer: |a| {
+            let x = &a.inputs[0];
+            let to = a.attrs.opt_dtype("dtype").expect("required attribute");
+            Ok(vec![TensorMeta::new(x.shape.clone(), to)])
+        },
+        exec: Exec::Compute(cast_kernel),
+        cost: cast_cost,
+    });
+    defs
+}

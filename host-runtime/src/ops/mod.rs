@@ -1,0 +1,18 @@
+//! Ops: the registry (the single source of truth for every op) and the CPU kernels behind it.
+//!
+//! Each submodule contributes its ops' [`registry::OpDef`]s; [`registry::Registry::global`]
+//! collects them. Adding an op means adding one `OpDef` in the module of its family.
+
+pub mod attrs;
+mod common;
+pub mod creation;
+mod elementwise;
+mod index;
+mod matmul;
+mod nn;
+mod reduce;
+pub mod registry;
+mod shape;
+
+pub use attrs::{AttrValue, Attrs};
+pub use registry::{OpDef, OpGroup, OpId, Registry};

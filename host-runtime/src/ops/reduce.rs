@@ -1,0 +1,328 @@
+//! Reductions over dims: sum, mean, prod, max, min, argmax, argmin, var, std.
+//!
+//! Float sums accumulate in f64 so results stay within f32 rounding of numpy's pairwise sums
+//! whatever the row length. Integer and bool sums give i64, as PyTorch.
+
+use super::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
+use super::common::{dim_of, streaming_cost, IN_X};
+use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use crate::device::cost::{Engine, OpCost};
+use crate::tensor::{strided, Buffer, DType, Element, Tensor, TensorMeta};
+use crate::with_dtype;
+
+type KResult = Result<Vec<Buffer>, String>;
+
+/// The reduced dims (sorted, deduplicated) from the `dims` attribute; empty means all.
+fn reduced_dims(dims: &[i64], shape: &[usize]) -> Result<Vec<usize>, String> {
+    if dims.is_empty() {
+        return Ok((0..shape.len()).collect());
+    }
+    let mut out = Vec::with_capacity(dims.len());
+    for &d in dims {
+        let d = dim_of(d, shape)?;
+        if out.contains(&d) {
+            return Err(format!("dim {d} appears more than once in dims {dims:?}"));
+        }
+        out.push(d);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn out_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
+    (0..shape.len())
+        .filter_map(|d| match (dims.contains(&d), keepdim) {
+            (false, _) => Some(shape[d]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// Calls `f` on the elements of each reduced row, one call per output element in row-major
+/// order. Contiguous rows are passed in place; others are gathered first.
+fn reduce_rows<T: Element, U: Send>(
+    x: &Tensor,
+    dims: &[usize],
+    f: impl Fn(&[T]) -> U + Sync,
+) -> Vec<U> {
+    let l = x.layout();
+    let kept: Vec<usize> = (0..l.rank()).filter(|d| !dims.contains(d)).collect();
+    let outer_shape: Vec<usize> = kept.iter().map(|&d| l.shape[d]).collect();
+    let outer_strides: Vec<usize> = kept.iter().map(|&d| l.strides[d]).collect();
+    let red_shape: Vec<usize> = dims.iter().map(|&d| l.shape[d]).collect();
+    let red_strides: Vec<usize> = dims.iter().map(|&d| l.strides[d]).collect();
+    let n: usize = red_shape.iter().product();
+    let (cs, [cst]) = strided::coalesce(&red_shape, [&red_strides]);
+    let run = cs.is_empty() || (cs.len() == 1 && cst[0] == 1);
+    let data = x.data::<T>();
+    strided::map(&outer_shape, [&outer_strides], [l.offset], |[o]| {
+        if run {
+            f(&data[o..o + n])
+        } else {
+            let mut row = Vec::with_capacity(n);
+            strided::for_each(&red_shape, [&red_strides], [o], |[p]| row.push(data[p]));
+            f(&row)
+        }
+    })
+}
+
+static REDUCE_ATTRS: &[AttrSpec] = &[
+    AttrSpec::new("dims", AttrKind::Ints, AttrDefault::Ints(&[])),
+    AttrSpec::new("keepdim", AttrKind::Int, AttrDefault::Int(0)),
+];
+static VAR_ATTRS: &[AttrSpec] = &[
+    AttrSpec::new("dims", AttrKind::Ints, AttrDefault::Ints(&[])),
+    AttrSpec::new("keepdim", AttrKind::Int, AttrDefault::Int(0)),
+    AttrSpec::new("correction", AttrKind::Int, AttrDefault::Int(1)),
+];
+static ARG_ATTRS: &[AttrSpec] = &[
+    AttrSpec::new("dim", AttrKind::Int, AttrDefault::Optional),
+    AttrSpec::new("keepdim", AttrKind::Int, AttrDefault::Int(0)),
+];
+
+/// How a reduction's output dtype follows its input.
+#[derive(Clone, Copy, PartialEq)]
+enum OutDType {
+    /// Floats keep their dtype; ints and bools give i64 (sum, prod).
+    Accumulate,
+    /// Floats only (mean, var, std).
+    FloatOnly,
+    /// Same dtype; the reduced dims must not be empty (max, min).
+    Same,
+    /// i64 indices (argmax, argmin).
+    Index,
+}
+
+fn dims_of(a: &ResolvedAttrs, shape: &[usize]) -> Result<Vec<usize>, String> {
+    match a.opt_ints("dims") {
+        Some(d) => reduced_dims(d, shape),
+        None => match a.opt_int("dim") {
+            Some(d) => Ok(vec![dim_of(d, shape)?]),
+            None => Ok((0..shape.len()).collect()),
+        },
+    }
+}
+
+fn infer(a: &MetaArgs, rule: OutDType) -> Result<Vec<TensorMeta>, String> {
+    let x = &a.inputs[0];
+    let dims = dims_of(a.attrs, &x.shape)?;
+    let dtype = match rule {
+        OutDType::Accumulate if !x.dtype.is_float() => DType::I64,
+        OutDType::FloatOnly if !x.dtype.is_float() => {
+            return Err(format!(
+                "expected a floating dtype, got {}; cast to f32 first",
+                x.dtype
+            ))
+        }
+        OutDType::Index => DType::I64,
+        _ => x.dtype,
+    };
+    if matches!(rule, OutDType::Same | OutDType::Index) && dims.iter().any(|&d| x.shape[d] == 0) {
+        return Err(format!(
+            "cannot reduce over an empty dim of shape {:?}: max, min, argmax and argmin have no identity",
+            x.shape
+        ));
+    }
+    let keepdim = a.attrs.int("keepdim") != 0;
+    Ok(vec![TensorMeta::new(
+        out_shape(&x.shape, &dims, keepdim),
+        dtype,
+    )])
+}
+
+fn sum_kernel(a: &KernelArgs) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    let out = a.outputs[0].dtype;
+    Ok(vec![with_dtype!(x.dtype(), T => if out.is_float() {
+        with_dtype!(out, U => U::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
+            U::from_f64(r.iter().map(|v| v.to_f64()).sum())
+        })))
+    } else {
+        Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+            r.iter().fold(0i64, |s, v| s.wrapping_add(v.to_i64()))
+        }))
+    })])
+}
+
+fn prod_kernel(a: &KernelArgs) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    let out = a.outputs[0].dtype;
+    Ok(vec![with_dtype!(x.dtype(), T => if out.is_float() {
+        with_dtype!(out, U => U::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
+            U::from_f64(r.iter().map(|v| v.to_f64()).product())
+        })))
+    } else {
+        Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+            r.iter().fold(1i64, |s, v| s.wrapping_mul(v.to_i64()))
+        }))
+    })])
+}
+
+fn mean_of<T: Element>(r: &[T]) -> f64 {
+    r.iter().map(|v| v.to_f64()).sum::<f64>() / r.len() as f64
+}
+
+fn var_of<T: Element>(r: &[T], correction: i64) -> f64 {
+    let m = mean_of(r);
+    let ss: f64 = r.iter().map(|v| (v.to_f64() - m).powi(2)).sum();
+    ss / (r.len() as f64 - correction as f64).max(0.0)
+}
+
+fn float_reduce(a: &KernelArgs, f: fn(&[f64], &ResolvedAttrs) -> f64) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    let attrs = a.attrs;
+    Ok(vec![
+        with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
+            let wide: Vec<f64> = r.iter().map(|v| v.to_f64()).collect();
+            T::from_f64(f(&wide, attrs))
+        }))),
+    ])
+}
+
+fn extreme_kernel(a: &KernelArgs, want_max: bool) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    Ok(vec![
+        with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
+            r[extreme_index(r, want_max)]
+        }))),
+    ])
+}
+
+/// Index of the first max (or min); a NaN wins, as in numpy and PyTorch.
+#[allow(clippy::eq_op)] // `v != v` is the generic NaN test.
+fn extreme_index<T: PartialOrd>(r: &[T], want_max: bool) -> usize {
+    let mut best = 0;
+    for (i, v) in r.iter().enumerate() {
+        if v != v {
+            return i;
+        }
+        let better = if want_max { *v > r[best] } else { *v < r[best] };
+        if better {
+            best = i;
+        }
+    }
+    best
+}
+
+fn arg_kernel(a: &KernelArgs, want_max: bool) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    // Without a dim, the index is into the flattened (row-major) tensor.
+    let x = if a.attrs.opt_int("dim").is_none() {
+        super::common::dense(x)
+    } else {
+        x.clone()
+    };
+    Ok(vec![
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(&x, &dims, |r: &[T]| {
+            extreme_index(r, want_max) as i64
+        }))),
+    ])
+}
+
+fn reduce_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    let mut c = streaming_cost(a, o, 1.0, Engine::Vector);
+    // A reduction does one op per input element, not per output element.
+    c.flops = a.inputs[0].numel() as f64;
+    c
+}
+
+fn var_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
+    let mut c = reduce_cost(a, o);
+    c.flops *= 3.0;
+    c
+}
+
+/// The reductions.
+pub fn defs() -> Vec<OpDef> {
+    let def = |name, doc, attrs, infer, exec, cost| OpDef {
+        name,
+        doc,
+        group: OpGroup::Reduction,
+        inputs: IN_X,
+        attrs,
+        outputs: &["out"],
+        infer,
+        exec: Exec::Compute(exec),
+        cost,
+    };
+    vec![
+        def(
+            "sum",
+            "sum over dims (all when empty); ints give i64",
+            REDUCE_ATTRS,
+            |a| infer(a, OutDType::Accumulate),
+            sum_kernel,
+            reduce_cost,
+        ),
+        def(
+            "prod",
+            "product over dims (all when empty); ints give i64",
+            REDUCE_ATTRS,
+            |a| infer(a, OutDType::Accumulate),
+            prod_kernel,
+            reduce_cost,
+        ),
+        def(
+            "mean",
+            "arithmetic mean over dims (floats only)",
+            REDUCE_ATTRS,
+            |a| infer(a, OutDType::FloatOnly),
+            |a| float_reduce(a, |r, _| r.iter().sum::<f64>() / r.len() as f64),
+            reduce_cost,
+        ),
+        def(
+            "var",
+            "variance over dims with Bessel's correction by default",
+            VAR_ATTRS,
+            |a| infer(a, OutDType::FloatOnly),
+            |a| float_reduce(a, |r, at| var_of(r, at.int("correction"))),
+            var_cost,
+        ),
+        def(
+            "std",
+            "standard deviation over dims (correction as var)",
+            VAR_ATTRS,
+            |a| infer(a, OutDType::FloatOnly),
+            |a| float_reduce(a, |r, at| var_of(r, at.int("correction")).sqrt()),
+            var_cost,
+        ),
+        def(
+            "max",
+            "largest value over dims; NaN propagates",
+            REDUCE_ATTRS,
+            |a| infer(a, OutDType::Same),
+            |a| extreme_kernel(a, true),
+            reduce_cost,
+        ),
+        def(
+            "min",
+            "smallest value over dims; NaN propagates",
+            REDUCE_ATTRS,
+            |a| infer(a, OutDType::Same),
+            |a| extreme_kernel(a, false),
+            reduce_cost,
+        ),
+        def(
+            "argmax",
+            "index of the first largest value along dim (flattened when no dim)",
+            ARG_ATTRS,
+            |a| infer(a, OutDType::Index),
+            |a| arg_kernel(a, true),
+            reduce_cost,
+        ),
+        def(
+            "argmin",
+            "index of the first smallest value along dim (flattened when no dim)",
+            ARG_ATTRS,
+            |a| infer(a, OutDType::Index),
+            |a| arg_kernel(a, false),
+            reduce_cost,
+        ),
+    ]
+}

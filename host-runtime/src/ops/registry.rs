@@ -1,0 +1,331 @@
+//! The op registry: one [`OpDef`] per op, the single source of truth for its name, schema, doc,
+//! shape inference, kernel and cost. Listing, documentation, completion, dispatch (host and
+//! guest) and the cost model all read it from here.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use super::attrs::{AttrSpec, ResolvedAttrs};
+use crate::device::cost::OpCost;
+use crate::tensor::{Buffer, Layout, Tensor, TensorMeta};
+
+/// What an op's kernel is handed.
+pub struct KernelArgs<'a> {
+    /// The input tensors, in schema order.
+    pub inputs: &'a [&'a Tensor],
+    /// Resolved attributes.
+    pub attrs: &'a ResolvedAttrs,
+    /// The outputs' shapes and dtypes, from the op's inference.
+    pub outputs: &'a [TensorMeta],
+}
+
+/// What an op's shape inference and cost function are handed.
+pub struct MetaArgs<'a> {
+    /// The inputs' shapes and dtypes, in schema order.
+    pub inputs: &'a [TensorMeta],
+    /// Resolved attributes.
+    pub attrs: &'a ResolvedAttrs,
+}
+
+/// The result of a view op: a new layout over the same storage, or (for `reshape` of a layout
+/// that cannot be viewed) a request to copy into this shape.
+pub enum ViewResult {
+    /// Share storage with this layout.
+    View(Layout),
+    /// Materialize the input contiguously with this shape.
+    Copy(Vec<usize>),
+}
+
+/// How an op runs.
+#[derive(Clone, Copy)]
+pub enum Exec {
+    /// Computes dense row-major output buffers, one per output.
+    Compute(fn(&KernelArgs) -> Result<Vec<Buffer>, String>),
+    /// Re-describes its single input's storage (no data moves).
+    View(fn(&Tensor, &ResolvedAttrs) -> Result<ViewResult, String>),
+}
+
+/// How many tensors an input slot takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// Exactly one tensor.
+    Tensor,
+    /// Zero or one tensor; only trailing inputs may be optional.
+    Optional,
+    /// One or more tensors; only as the sole input.
+    List,
+}
+
+/// One input slot of an op.
+#[derive(Clone, Copy, Debug)]
+pub struct InputSpec {
+    /// Its name, as in the schema and in error messages.
+    pub name: &'static str,
+    /// How many tensors it takes.
+    pub kind: InputKind,
+}
+
+impl InputSpec {
+    /// A required tensor input.
+    pub const fn tensor(name: &'static str) -> InputSpec {
+        InputSpec {
+            name,
+            kind: InputKind::Tensor,
+        }
+    }
+    /// An optional trailing tensor input.
+    pub const fn optional(name: &'static str) -> InputSpec {
+        InputSpec {
+            name,
+            kind: InputKind::Optional,
+        }
+    }
+    /// A list of tensors (the op's only input).
+    pub const fn list(name: &'static str) -> InputSpec {
+        InputSpec {
+            name,
+            kind: InputKind::List,
+        }
+    }
+}
+
+/// A family of ops, for listings and for the cost model's engine choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpGroup {
+    /// Tensors from attributes alone (zeros, arange, randn).
+    Creation,
+    /// Views and layout (reshape, transpose, contiguous).
+    Shape,
+    /// Elementwise math with broadcasting.
+    Elementwise,
+    /// Comparisons, logic and `where`.
+    Comparison,
+    /// Reductions over dims.
+    Reduction,
+    /// Matrix products.
+    Matmul,
+    /// Activations and normalizations over a dim (softmax, layer_norm).
+    Nn,
+    /// Gathers, concatenation, padding and masks.
+    Indexing,
+    /// Dtype conversion.
+    Cast,
+    /// Loss functions.
+    Loss,
+}
+
+impl OpGroup {
+    /// The group's name in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpGroup::Creation => "creation",
+            OpGroup::Shape => "shape",
+            OpGroup::Elementwise => "elementwise",
+            OpGroup::Comparison => "comparison",
+            OpGroup::Reduction => "reduction",
+            OpGroup::Matmul => "matmul",
+            OpGroup::Nn => "nn",
+            OpGroup::Indexing => "indexing",
+            OpGroup::Cast => "cast",
+            OpGroup::Loss => "loss",
+        }
+    }
+}
+
+/// Everything about one op.
+#[derive(Clone, Copy)]
+pub struct OpDef {
+    /// Its name, as the guest looks it up.
+    pub name: &'static str,
+    /// One line saying what it computes.
+    pub doc: &'static str,
+    /// Its family.
+    pub group: OpGroup,
+    /// Input slots.
+    pub inputs: &'static [InputSpec],
+    /// Attributes.
+    pub attrs: &'static [AttrSpec],
+    /// Output names (one per output).
+    pub outputs: &'static [&'static str],
+    /// Output shapes and dtypes from input shapes, dtypes and attributes. Errors name what was
+    /// expected; the runtime adds the op name and the operands.
+    pub infer: fn(&MetaArgs) -> Result<Vec<TensorMeta>, String>,
+    /// The CPU kernel.
+    pub exec: Exec,
+    /// Flops, bytes and engine for the cost model.
+    pub cost: fn(&MetaArgs, &[TensorMeta]) -> OpCost,
+}
+
+impl OpDef {
+    /// The schema line: `layer_norm(x, weight?, bias?; normalized_shape: int[] = [], eps: float = 1e-05) -> out`.
+    pub fn schema(&self) -> String {
+        let inputs: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| match i.kind {
+                InputKind::Tensor => i.name.to_string(),
+                InputKind::Optional => format!("{}?", i.name),
+                InputKind::List => format!("{}[]", i.name),
+            })
+            .collect();
+        let attrs: Vec<String> = self.attrs.iter().map(|a| a.signature()).collect();
+        let args = match (inputs.is_empty(), attrs.is_empty()) {
+            (_, true) => inputs.join(", "),
+            (true, false) => format!("; {}", attrs.join(", ")),
+            (false, false) => format!("{}; {}", inputs.join(", "), attrs.join(", ")),
+        };
+        format!("{}({args}) -> {}", self.name, self.outputs.join(", "))
+    }
+
+    /// The allowed number of input tensors, as `(min, max)`; `max` is `None` for lists.
+    pub fn input_count(&self) -> (usize, Option<usize>) {
+        let mut min = 0;
+        let mut max = Some(0usize);
+        for i in self.inputs {
+            match i.kind {
+                InputKind::Tensor => {
+                    min += 1;
+                    max = max.map(|m| m + 1);
+                }
+                InputKind::Optional => max = max.map(|m| m + 1),
+                InputKind::List => {
+                    min += 1;
+                    max = None;
+                }
+            }
+        }
+        (min, max)
+    }
+
+    /// The schema name of input `i` (list elements are `tensors[2]`).
+    pub fn input_name(&self, i: usize) -> String {
+        match self.inputs.first() {
+            Some(spec) if spec.kind == InputKind::List => format!("{}[{i}]", spec.name),
+            _ => self
+                .inputs
+                .get(i)
+                .map_or_else(|| format!("input {i}"), |s| s.name.to_string()),
+        }
+    }
+}
+
+/// A stable index into the registry, what `op_lookup` hands the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpId(pub u32);
+
+/// All ops, by name and by id.
+pub struct Registry {
+    ops: Vec<OpDef>,
+    by_name: HashMap<&'static str, OpId>,
+}
+
+impl Registry {
+    fn build() -> Registry {
+        let mut ops = Vec::new();
+        ops.extend(super::creation::defs());
+        ops.extend(super::shape::defs());
+        ops.extend(super::elementwise::defs());
+        ops.extend(super::reduce::defs());
+        ops.extend(super::matmul::defs());
+        ops.extend(super::nn::defs());
+        ops.extend(super::index::defs());
+        let mut by_name = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let previous = by_name.insert(op.name, OpId(i as u32));
+            assert!(previous.is_none(), "op '{}' is registered twice", op.name);
+        }
+        Registry { ops, by_name }
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> &'static Registry {
+        static REGISTRY: OnceLock<Registry> = OnceLock::new();
+        REGISTRY.get_or_init(Registry::build)
+    }
+
+    /// Every op, in registration order.
+    pub fn ops(&self) -> &[OpDef] {
+        &self.ops
+    }
+
+    /// An op's id by name.
+    pub fn id(&self, name: &str) -> Option<OpId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// An op by id.
+    pub fn get(&self, id: OpId) -> Option<&OpDef> {
+        self.ops.get(id.0 as usize)
+    }
+
+    /// An op by name, or an error that suggests the closest names.
+    pub fn lookup(&self, name: &str) -> Result<(OpId, &OpDef), String> {
+        match self.id(name) {
+            Some(id) => Ok((id, &self.ops[id.0 as usize])),
+            None => {
+                let mut near: Vec<(usize, &str)> = self
+                    .ops
+                    .iter()
+                    .map(|o| (edit_distance(name, o.name), o.name))
+                    .filter(|(d, _)| *d <= 2)
+                    .collect();
+                near.sort();
+                let hint = if near.is_empty() {
+                    "; `neuronlab ops` lists every op".to_string()
+                } else {
+                    let names: Vec<&str> = near.iter().take(3).map(|(_, n)| *n).collect();
+                    format!("; did you mean {}?", names.join(", "))
+                };
+                Err(format!("unknown op '{name}'{hint}"))
+            }
+        }
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + (ca != cb) as usize)
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_is_documented_with_a_schema() {
+        let r = Registry::global();
+        assert!(r.ops().len() > 60, "{} ops", r.ops().len());
+        for op in r.ops() {
+            assert!(!op.doc.is_empty() && op.doc.len() < 120, "{}: doc", op.name);
+            assert!(op.schema().starts_with(op.name));
+            assert!(!op.outputs.is_empty(), "{}", op.name);
+            let optional_then_required = op
+                .inputs
+                .windows(2)
+                .any(|w| w[0].kind == InputKind::Optional && w[1].kind != InputKind::Optional);
+            assert!(
+                !optional_then_required,
+                "{}: optional inputs must trail",
+                op.name
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_names_get_suggestions() {
+        let Err(e) = Registry::global().lookup("softmx") else {
+            panic!("softmx resolved");
+        };
+        assert!(e.contains("did you mean softmax"), "{e}");
+    }
+}

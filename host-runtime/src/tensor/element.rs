@@ -1,0 +1,293 @@
+//! The Rust types behind each [`DType`], the [`Buffer`] that holds them, and conversions.
+
+use half::{bf16, f16};
+
+use super::DType;
+
+/// A typed, owned element buffer: one variant per dtype.
+#[derive(Clone, Debug)]
+pub enum Buffer {
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `bf16` elements.
+    Bf16(Vec<bf16>),
+    /// `f16` elements.
+    F16(Vec<f16>),
+    /// `f64` elements.
+    F64(Vec<f64>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `u8` elements.
+    U8(Vec<u8>),
+    /// `bool` elements.
+    Bool(Vec<bool>),
+}
+
+impl Buffer {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buffer::F32(_) => DType::F32,
+            Buffer::Bf16(_) => DType::Bf16,
+            Buffer::F16(_) => DType::F16,
+            Buffer::F64(_) => DType::F64,
+            Buffer::I64(_) => DType::I64,
+            Buffer::I32(_) => DType::I32,
+            Buffer::U8(_) => DType::U8,
+            Buffer::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Buffer::F32(v) => v.len(),
+            Buffer::Bf16(v) => v.len(),
+            Buffer::F16(v) => v.len(),
+            Buffer::F64(v) => v.len(),
+            Buffer::I64(v) => v.len(),
+            Buffer::I32(v) => v.len(),
+            Buffer::U8(v) => v.len(),
+            Buffer::Bool(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The little-endian bytes of the elements (bool as 0/1 bytes).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        fn bytes<T: Copy, const W: usize>(v: &[T], f: impl Fn(T) -> [u8; W]) -> Vec<u8> {
+            v.iter().flat_map(|&x| f(x)).collect()
+        }
+        match self {
+            Buffer::F32(v) => bytes(v, f32::to_le_bytes),
+            Buffer::Bf16(v) => bytes(v, bf16::to_le_bytes),
+            Buffer::F16(v) => bytes(v, f16::to_le_bytes),
+            Buffer::F64(v) => bytes(v, f64::to_le_bytes),
+            Buffer::I64(v) => bytes(v, i64::to_le_bytes),
+            Buffer::I32(v) => bytes(v, i32::to_le_bytes),
+            Buffer::U8(v) => v.clone(),
+            Buffer::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        }
+    }
+
+    /// Parses little-endian bytes as `dtype` elements. `None` when the length is not a multiple
+    /// of the element size.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Buffer> {
+        if bytes.len() % dtype.size() != 0 {
+            return None;
+        }
+        fn parse<T, const W: usize>(b: &[u8], f: impl Fn([u8; W]) -> T) -> Vec<T> {
+            b.chunks_exact(W)
+                .map(|c| f(c.try_into().expect("chunks_exact yields W bytes")))
+                .collect()
+        }
+        Some(match dtype {
+            DType::F32 => Buffer::F32(parse(bytes, f32::from_le_bytes)),
+            DType::Bf16 => Buffer::Bf16(parse(bytes, bf16::from_le_bytes)),
+            DType::F16 => Buffer::F16(parse(bytes, f16::from_le_bytes)),
+            DType::F64 => Buffer::F64(parse(bytes, f64::from_le_bytes)),
+            DType::I64 => Buffer::I64(parse(bytes, i64::from_le_bytes)),
+            DType::I32 => Buffer::I32(parse(bytes, i32::from_le_bytes)),
+            DType::U8 => Buffer::U8(bytes.to_vec()),
+            DType::Bool => Buffer::Bool(bytes.iter().map(|&b| b != 0).collect()),
+        })
+    }
+}
+
+/// A Rust element type that a [`Buffer`] can hold.
+///
+/// Conversions go through f64 for floats and i64 for integers so that casts follow PyTorch:
+/// float to int truncates toward zero, anything to bool tests `!= 0`.
+pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
+    /// The dtype of this Rust type.
+    const DTYPE: DType;
+    /// The elements of `buffer` when it holds this type.
+    fn slice(buffer: &Buffer) -> Option<&[Self]>;
+    /// Wraps a vector into a buffer.
+    fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// The value as f64 (exact for every type but i64 above 2^53).
+    fn to_f64(self) -> f64;
+    /// The value as i64 (floats truncate toward zero, saturating).
+    fn to_i64(self) -> i64;
+    /// Converts from f64 with this type's rounding.
+    fn from_f64(v: f64) -> Self;
+    /// Converts from i64.
+    fn from_i64(v: i64) -> Self;
+    /// Converts any element, following PyTorch's cast rules.
+    fn cast_from<S: Element>(v: S) -> Self {
+        if Self::DTYPE.is_float() {
+            Self::from_f64(v.to_f64())
+        } else if Self::DTYPE == DType::Bool {
+            Self::from_i64((v.to_f64() != 0.0) as i64)
+        } else if S::DTYPE.is_float() {
+            Self::from_f64(v.to_f64())
+        } else {
+            Self::from_i64(v.to_i64())
+        }
+    }
+}
+
+macro_rules! element_float {
+    ($t:ty, $dt:ident, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$dt;
+            fn slice(buffer: &Buffer) -> Option<&[Self]> {
+                match buffer {
+                    Buffer::$dt(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$dt(v)
+            }
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+            fn to_i64(self) -> i64 {
+                $to(self) as i64
+            }
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            fn from_i64(v: i64) -> Self {
+                $from(v as f64)
+            }
+        }
+    };
+}
+
+element_float!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
+element_float!(f64, F64, |x: f64| x, |v: f64| v);
+element_float!(bf16, Bf16, bf16::to_f64, bf16::from_f64);
+element_float!(f16, F16, f16::to_f64, f16::from_f64);
+
+macro_rules! element_int {
+    ($t:ty, $dt:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$dt;
+            fn slice(buffer: &Buffer) -> Option<&[Self]> {
+                match buffer {
+                    Buffer::$dt(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$dt(v)
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn from_i64(v: i64) -> Self {
+                // Wrapping, as a C cast (and PyTorch) does.
+                v as $t
+            }
+        }
+    };
+}
+
+element_int!(i64, I64);
+element_int!(i32, I32);
+element_int!(u8, U8);
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn slice(buffer: &Buffer) -> Option<&[Self]> {
+        match buffer {
+            Buffer::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn into_buffer(v: Vec<Self>) -> Buffer {
+        Buffer::Bool(v)
+    }
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    fn from_i64(v: i64) -> Self {
+        v != 0
+    }
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::tensor::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::tensor::DType::Bf16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::tensor::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::tensor::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::tensor::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::tensor::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::tensor::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::tensor::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn casts_follow_pytorch() {
+        assert_eq!(i32::cast_from(-2.7f32), -2);
+        assert!(bool::cast_from(0.5f32));
+        assert!(!bool::cast_from(0i64));
+        assert_eq!(u8::cast_from(300i64), 44);
+        assert_eq!(f32::cast_from(true), 1.0);
+        // bf16 keeps 8 significant bits: 1 + 2^-9 rounds to 1.
+        assert_eq!(bf16::cast_from(1.0 + 1.0 / 512.0f32).to_f64(), 1.0);
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let b = Buffer::I32(vec![1, -2, 3]);
+        let back = Buffer::from_le_bytes(DType::I32, &b.to_le_bytes()).unwrap();
+        assert_eq!(i32::slice(&back).unwrap(), &[1, -2, 3]);
+        assert!(Buffer::from_le_bytes(DType::F32, &[0, 1, 2]).is_none());
+    }
+}

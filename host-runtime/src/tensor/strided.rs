@@ -1,0 +1,192 @@
+//! Row-major iteration over strided operands, sequential and parallel.
+//!
+//! Every kernel that reads views (broadcast, transposed, sliced) goes through here: it hands
+//! the kernel the storage offsets of N operands for each output element, after merging
+//! dimensions that are contiguous for every operand so the inner loop is as long as possible.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+/// Below this many elements a loop runs on the calling thread (rayon's overhead would dominate).
+pub const PARALLEL_THRESHOLD: usize = 1 << 15;
+/// Elements per parallel task: big enough to amortize scheduling, small enough to balance.
+const CHUNK: usize = 1 << 14;
+
+/// Merges adjacent dims that are contiguous for every operand and drops size-1 dims.
+pub(crate) fn coalesce<const N: usize>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+) -> (Vec<usize>, [Vec<usize>; N]) {
+    let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
+    let mut out_strides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(shape.len()));
+    for d in 0..shape.len() {
+        if shape[d] == 1 {
+            continue;
+        }
+        let mergeable = !out_shape.is_empty()
+            && (0..N).all(|k| {
+                let last = *out_strides[k].last().expect("same length as out_shape");
+                last == strides[k][d] * shape[d]
+            });
+        if mergeable {
+            *out_shape.last_mut().expect("checked non-empty") *= shape[d];
+            for k in 0..N {
+                *out_strides[k].last_mut().expect("same length") = strides[k][d];
+            }
+        } else {
+            out_shape.push(shape[d]);
+            for k in 0..N {
+                out_strides[k].push(strides[k][d]);
+            }
+        }
+    }
+    (out_shape, out_strides)
+}
+
+/// Visits elements `start..end` (row-major positions in `shape`), calling `f(i, offsets)` where `i`
+/// counts from 0 at `start`.
+fn visit_range<const N: usize>(
+    shape: &[usize],
+    strides: &[Vec<usize>; N],
+    base: [usize; N],
+    start: usize,
+    end: usize,
+    mut f: impl FnMut(usize, [usize; N]),
+) {
+    if start >= end {
+        return;
+    }
+    if shape.is_empty() {
+        f(0, base);
+        return;
+    }
+    let rank = shape.len();
+    let inner = shape[rank - 1];
+    let inner_strides: [usize; N] = std::array::from_fn(|k| strides[k][rank - 1]);
+    // Multi-index of `start`.
+    let mut index = vec![0usize; rank];
+    let mut rem = start;
+    for d in (0..rank).rev() {
+        index[d] = rem % shape[d];
+        rem /= shape[d];
+    }
+    let mut pos = start;
+    let mut i = 0;
+    while pos < end {
+        let mut offs: [usize; N] = std::array::from_fn(|k| {
+            base[k]
+                + index
+                    .iter()
+                    .zip(&strides[k])
+                    .map(|(a, s)| a * s)
+                    .sum::<usize>()
+        });
+        let run = (inner - index[rank - 1]).min(end - pos);
+        for _ in 0..run {
+            f(i, offs);
+            i += 1;
+            for k in 0..N {
+                offs[k] += inner_strides[k];
+            }
+        }
+        pos += run;
+        // Advance the odometer past the finished row.
+        index[rank - 1] = 0;
+        let mut d = rank - 1;
+        while d > 0 {
+            d -= 1;
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+}
+
+/// Calls `f(offsets)` for every element of `shape`, in row-major order.
+pub fn for_each<const N: usize>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    mut f: impl FnMut([usize; N]),
+) {
+    let numel: usize = shape.iter().product();
+    let (shape, strides) = coalesce(shape, strides);
+    visit_range(&shape, &strides, offsets, 0, numel, |_, o| f(o));
+}
+
+/// Builds a row-major vector with one value per element of `shape`, `f` receiving the storage
+/// offsets of the N operands. Runs in parallel chunks for large shapes; the result does not
+/// depend on the number of threads.
+pub fn map<const N: usize, U: Send>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    f: impl Fn([usize; N]) -> U + Sync,
+) -> Vec<U> {
+    let numel: usize = shape.iter().product();
+    let (shape, strides) = coalesce(shape, strides);
+    let mut out: Vec<U> = Vec::with_capacity(numel);
+    let fill = |chunk_index: usize, chunk: &mut [MaybeUninit<U>]| {
+        let start = chunk_index * CHUNK;
+        visit_range(
+            &shape,
+            &strides,
+            offsets,
+            start,
+            start + chunk.len(),
+            |i, o| {
+                chunk[i].write(f(o));
+            },
+        );
+    };
+    let spare = &mut out.spare_capacity_mut()[..numel];
+    if numel < PARALLEL_THRESHOLD {
+        for (ci, chunk) in spare.chunks_mut(CHUNK).enumerate() {
+            fill(ci, chunk);
+        }
+    } else {
+        spare
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(ci, chunk)| fill(ci, chunk));
+    }
+    // SAFETY: `visit_range` visits every position of every chunk exactly once, so all `numel`
+    // slots were written above.
+    unsafe { out.set_len(numel) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposed_reads_in_logical_order() {
+        // A 2x3 row-major matrix read as its 3x2 transpose.
+        let data = [0, 1, 2, 3, 4, 5];
+        let v = map([3, 2].as_slice(), [&[1, 3]], [0], |[o]| data[o]);
+        assert_eq!(v, vec![0, 3, 1, 4, 2, 5]);
+    }
+
+    #[test]
+    fn parallel_and_sequential_agree_on_broadcasts() {
+        let shape = [70, 3, 300];
+        let a: Vec<u32> = (0..70 * 300).collect();
+        // a is [70, 1, 300] broadcast over dim 1.
+        let v = map(&shape, [&[300, 0, 1]], [0], |[o]| a[o]);
+        let mut w = Vec::new();
+        for_each(&shape, [&[300, 0, 1]], [0], |[o]| w.push(a[o]));
+        assert_eq!(v, w);
+        assert_eq!(v[300], a[0]);
+        assert_eq!(v[900], a[300]);
+    }
+
+    #[test]
+    fn zero_dim_and_empty_shapes() {
+        assert_eq!(map(&[], [&[]], [4], |[o]| o), vec![4]);
+        assert!(map(&[0, 5], [&[5, 1]], [0], |[o]| o).is_empty());
+    }
+}
