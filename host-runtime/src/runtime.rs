@@ -218,8 +218,13 @@ impl Runtime {
                 match view(input, &resolved).map_err(op_err)? {
                     ViewResult::View(layout) => vec![input.view(layout)],
                     ViewResult::Copy(shape) => {
-                        let buffer = input.to_buffer();
-                        vec![self.tensor_on(core, buffer, &shape)?]
+                        let bytes = input.nbytes() as u64;
+                        let allocation = self
+                            .memory
+                            .reserve(core, bytes)
+                            .map_err(|e| op_err(e.to_string()))?;
+                        let storage = Arc::new(Storage::new(input.to_buffer(), Some(allocation)));
+                        vec![Tensor::from_storage(storage, Layout::contiguous(&shape), core)]
                     }
                 }
             }
@@ -230,7 +235,11 @@ impl Runtime {
                     let bytes = checked_numel(&m.shape)
                         .and_then(|n| n.checked_mul(m.dtype.size()))
                         .ok_or_else(|| op_err(format!("output shape {:?} overflows", m.shape)))?;
-                    allocations.push(self.memory.reserve(core, bytes as u64)?);
+                    allocations.push(
+                        self.memory
+                            .reserve(core, bytes as u64)
+                            .map_err(|e| op_err(e.to_string()))?,
+                    );
                 }
                 let buffers = kernel(&KernelArgs {
                     inputs,
