@@ -224,7 +224,11 @@ impl Runtime {
                             .reserve(core, bytes)
                             .map_err(|e| op_err(e.to_string()))?;
                         let storage = Arc::new(Storage::new(input.to_buffer(), Some(allocation)));
-                        vec![Tensor::from_storage(storage, Layout::contiguous(&shape), core)]
+                        vec![Tensor::from_storage(
+                            storage,
+                            Layout::contiguous(&shape),
+                            core,
+                        )]
                     }
                 }
             }

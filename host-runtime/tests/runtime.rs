@@ -51,14 +51,26 @@ fn views_share_storage_and_contiguous_copies() {
     assert!(!c.shares_storage(&x) && c.is_contiguous());
     assert_eq!(c.to_vec::<f32>(), t.to_vec::<f32>());
     // reshape of a transposed tensor cannot be a view: it copies, with the right values.
-    let r = rt.call1("reshape", &[&t], &Attrs::new().with("shape", vec![6i64])).unwrap();
+    let r = rt
+        .call1("reshape", &[&t], &Attrs::new().with("shape", vec![6i64]))
+        .unwrap();
     assert_eq!(r.to_vec::<f32>(), vec![0., 3., 1., 4., 2., 5.]);
-    let e = op_error(rt.call("view", &[&t], &Attrs::new().with("shape", vec![6i64])), "view");
+    let e = op_error(
+        rt.call("view", &[&t], &Attrs::new().with("shape", vec![6i64])),
+        "view",
+    );
     assert!(e.contains("use reshape"), "{e}");
     let s = rt
-        .call1("slice", &[&x], &Attrs::new().with("dim", 1).with("start", 1).with("step", 2))
+        .call1(
+            "slice",
+            &[&x],
+            &Attrs::new().with("dim", 1).with("start", 1).with("step", 2),
+        )
         .unwrap();
-    assert_eq!((s.shape().to_vec(), s.to_vec::<f32>()), (vec![2, 1], vec![1., 4.]));
+    assert_eq!(
+        (s.shape().to_vec(), s.to_vec::<f32>()),
+        (vec![2, 1], vec![1., 4.])
+    );
 }
 
 #[test]
@@ -71,9 +83,21 @@ fn broadcasting_and_promotion() {
     assert_eq!(c.dtype(), DType::F32);
     assert_eq!(c.to_vec::<f32>(), vec![11., 21., 12., 22., 13., 23.]);
     // A zero-dim f64 does not widen a bf16 tensor (PyTorch's rule).
-    let h = rt.call1("full", &[], &Attrs::new().with("shape", vec![2i64]).with("value", 1.5).with("dtype", "bf16")).unwrap();
+    let h = rt
+        .call1(
+            "full",
+            &[],
+            &Attrs::new()
+                .with("shape", vec![2i64])
+                .with("value", 1.5)
+                .with("dtype", "bf16"),
+        )
+        .unwrap();
     let s = rt.tensor(Buffer::F64(vec![2.0]), &[]).unwrap();
-    assert_eq!(rt.call1("mul", &[&h, &s], &attrs()).unwrap().dtype(), DType::Bf16);
+    assert_eq!(
+        rt.call1("mul", &[&h, &s], &attrs()).unwrap().dtype(),
+        DType::Bf16
+    );
 }
 
 #[test]
@@ -83,13 +107,22 @@ fn every_error_class_names_the_op_and_operands() {
     let b = f32s(&rt, &[0.; 5], &[5]);
     // Non-broadcastable shapes.
     let e = op_error(rt.call("add", &[&a, &b], &attrs()), "add");
-    assert!(e.contains("a: f32[3, 4], b: f32[5]") && e.contains("4 vs 5"), "{e}");
+    assert!(
+        e.contains("a: f32[3, 4], b: f32[5]") && e.contains("4 vs 5"),
+        "{e}"
+    );
     // Shape mismatch in a contraction.
     let e = op_error(rt.call("matmul", &[&a, &b], &attrs()), "matmul");
     assert!(e.contains("inner dims differ"), "{e}");
     // Bad dim.
-    let e = op_error(rt.call("softmax", &[&a], &Attrs::new().with("dim", 2)), "softmax");
-    assert!(e.contains("dim 2 is out of range") && e.contains("[3, 4]"), "{e}");
+    let e = op_error(
+        rt.call("softmax", &[&a], &Attrs::new().with("dim", 2)),
+        "softmax",
+    );
+    assert!(
+        e.contains("dim 2 is out of range") && e.contains("[3, 4]"),
+        "{e}"
+    );
     // Bad dtype.
     let i = rt.tensor(Buffer::I64(vec![1, 2]), &[2]).unwrap();
     let e = op_error(rt.call("mean", &[&i], &attrs()), "mean");
@@ -97,11 +130,17 @@ fn every_error_class_names_the_op_and_operands() {
     // Out-of-range index.
     let idx = rt.tensor(Buffer::I64(vec![0, 3]), &[2]).unwrap();
     let e = op_error(rt.call("embedding", &[&idx, &a], &attrs()), "embedding");
-    assert!(e.contains("index 3 is out of range") && e.contains("size 3"), "{e}");
+    assert!(
+        e.contains("index 3 is out of range") && e.contains("size 3"),
+        "{e}"
+    );
     // Wrong input count and bad attributes.
     let e = op_error(rt.call("add", &[&a], &attrs()), "add");
     assert!(e.contains("expected 2 input tensor(s), got 1"), "{e}");
-    let e = op_error(rt.call("gelu", &[&a], &Attrs::new().with("approximate", "fast")), "gelu");
+    let e = op_error(
+        rt.call("gelu", &[&a], &Attrs::new().with("approximate", "fast")),
+        "gelu",
+    );
     assert!(e.contains("expected one of none, tanh"), "{e}");
     // Unknown op.
     let e = rt.call("sofmax", &[&a], &attrs()).unwrap_err().to_string();
@@ -115,25 +154,49 @@ fn too_large_allocations_fail_before_touching_memory() {
     let rt = runtime(64 << 20);
     // Bigger than the host cap but within HBM: the host cap names the core and the limit.
     let e = op_error(
-        rt.call("zeros", &[], &Attrs::new().with("shape", vec![1024i64, 1024, 32])),
+        rt.call(
+            "zeros",
+            &[],
+            &Attrs::new().with("shape", vec![1024i64, 1024, 32]),
+        ),
         "zeros",
     );
-    assert!(e.contains("host memory limit") && e.contains("neuron:0") && e.contains("NEURONLAB_HOST_MEM_LIMIT"), "{e}");
+    assert!(
+        e.contains("host memory limit")
+            && e.contains("neuron:0")
+            && e.contains("NEURONLAB_HOST_MEM_LIMIT"),
+        "{e}"
+    );
     // Bigger than a core's HBM (24 GiB on trn2 at LNC=2): an out-of-device-memory error.
     let rt = runtime(1 << 40);
     let e = op_error(
-        rt.call("zeros", &[], &Attrs::new().with("shape", vec![1i64 << 33]).with("dtype", "f32")),
+        rt.call(
+            "zeros",
+            &[],
+            &Attrs::new()
+                .with("shape", vec![1i64 << 33])
+                .with("dtype", "f32"),
+        ),
         "zeros",
     );
     assert!(e.contains("out of device memory on neuron:0"), "{e}");
     // An element count that overflows is an error, not a wrap-around.
     let e = op_error(
-        rt.call("zeros", &[], &Attrs::new().with("shape", vec![1i64 << 40, 1 << 40])),
+        rt.call(
+            "zeros",
+            &[],
+            &Attrs::new().with("shape", vec![1i64 << 40, 1 << 40]),
+        ),
         "zeros",
     );
     assert!(e.contains("overflows"), "{e}");
     // The runtime still works.
-    assert_eq!(rt.call1("ones", &[], &Attrs::new().with("shape", vec![2i64])).unwrap().numel(), 2);
+    assert_eq!(
+        rt.call1("ones", &[], &Attrs::new().with("shape", vec![2i64]))
+            .unwrap()
+            .numel(),
+        2
+    );
 }
 
 #[test]
@@ -141,11 +204,21 @@ fn memory_is_accounted_per_core_and_freed_on_drop() {
     let rt = rt();
     let core = CoreId(0);
     let before = rt.memory().stats(core).unwrap().in_use;
-    let x = rt.call1("zeros", &[], &Attrs::new().with("shape", vec![256i64, 256])).unwrap();
+    let x = rt
+        .call1("zeros", &[], &Attrs::new().with("shape", vec![256i64, 256]))
+        .unwrap();
     let v = rt.call1("transpose", &[&x], &attrs()).unwrap();
-    assert_eq!(rt.memory().stats(core).unwrap().in_use - before, 256 * 256 * 4, "a view costs nothing");
+    assert_eq!(
+        rt.memory().stats(core).unwrap().in_use - before,
+        256 * 256 * 4,
+        "a view costs nothing"
+    );
     drop(x);
-    assert_eq!(rt.memory().stats(core).unwrap().in_use - before, 256 * 256 * 4, "the view keeps storage alive");
+    assert_eq!(
+        rt.memory().stats(core).unwrap().in_use - before,
+        256 * 256 * 4,
+        "the view keeps storage alive"
+    );
     drop(v);
     let s = rt.memory().stats(core).unwrap();
     assert_eq!(s.in_use, before);
@@ -155,8 +228,24 @@ fn memory_is_accounted_per_core_and_freed_on_drop() {
 #[test]
 fn ops_publish_events_with_modeled_time_and_the_trace_has_tracks() {
     let rt = rt();
-    let x = rt.call1("randn", &[], &Attrs::new().with("shape", vec![256i64, 512]).with("seed", 1)).unwrap();
-    let w = rt.call1("randn", &[], &Attrs::new().with("shape", vec![512i64, 256]).with("seed", 2)).unwrap();
+    let x = rt
+        .call1(
+            "randn",
+            &[],
+            &Attrs::new()
+                .with("shape", vec![256i64, 512])
+                .with("seed", 1),
+        )
+        .unwrap();
+    let w = rt
+        .call1(
+            "randn",
+            &[],
+            &Attrs::new()
+                .with("shape", vec![512i64, 256])
+                .with("seed", 2),
+        )
+        .unwrap();
     let y = rt.call1("matmul", &[&x, &w], &attrs()).unwrap();
     let _ = rt.call1("softmax", &[&y], &attrs()).unwrap();
     let events = rt.bus().events();
@@ -167,12 +256,17 @@ fn ops_publish_events_with_modeled_time_and_the_trace_has_tracks() {
             _ => None,
         })
         .collect();
-    assert_eq!(ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["randn", "randn", "matmul", "softmax"]);
+    assert_eq!(
+        ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+        ["randn", "randn", "matmul", "softmax"]
+    );
     let mm = ops[2];
     assert_eq!(mm.flops, 2.0 * 256.0 * 512.0 * 256.0);
     assert!(mm.modeled.total_s > 0.0 && mm.host_us > 0.0);
     assert_eq!(mm.outputs[0].to_string(), "f32[256, 256]");
-    assert!(events.iter().any(|e| matches!(e.kind, EventKind::Memory(_))));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Memory(_))));
     let summary = Summary::from_events(&events).to_string();
     assert!(summary.contains("4 ops"), "{summary}");
 
@@ -181,7 +275,13 @@ fn ops_publish_events_with_modeled_time_and_the_trace_has_tracks() {
     let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     std::fs::remove_file(&path).ok();
     let te = trace["traceEvents"].as_array().unwrap();
-    assert_eq!(te.len(), chrome_trace(&events)["traceEvents"].as_array().unwrap().len());
+    assert_eq!(
+        te.len(),
+        chrome_trace(&events)["traceEvents"]
+            .as_array()
+            .unwrap()
+            .len()
+    );
     let slices: Vec<&str> = te
         .iter()
         .filter(|e| e["ph"] == "X" && e["pid"] == 1)
@@ -204,11 +304,19 @@ fn formatting_matches_numpy_conventions() {
         format_tensor(&x, &FormatOptions::default()),
         "tensor([[ 1.0000, -2.5000],\n        [ 3.2500,  4.0000]], dtype=f32, device=neuron:0)"
     );
-    let i = rt.call1("arange", &[], &Attrs::new().with("end", 2000.0)).unwrap();
+    let i = rt
+        .call1("arange", &[], &Attrs::new().with("end", 2000.0))
+        .unwrap();
     let text = format_tensor(&i, &FormatOptions::default());
-    assert_eq!(text, "tensor([   0,    1,    2, ..., 1997, 1998, 1999], dtype=i64, device=neuron:0)");
+    assert_eq!(
+        text,
+        "tensor([   0,    1,    2, ..., 1997, 1998, 1999], dtype=i64, device=neuron:0)"
+    );
     let b = rt.tensor(Buffer::Bool(vec![true, false]), &[2]).unwrap();
-    assert_eq!(format_tensor(&b, &FormatOptions::default()), "tensor([ True, False], dtype=bool, device=neuron:0)");
+    assert_eq!(
+        format_tensor(&b, &FormatOptions::default()),
+        "tensor([ True, False], dtype=bool, device=neuron:0)"
+    );
     let s = f32s(&rt, &[1e-6, 1.0], &[2]);
     assert!(format_tensor(&s, &FormatOptions::default()).contains("1.0000e-06"));
 }
@@ -216,14 +324,23 @@ fn formatting_matches_numpy_conventions() {
 #[test]
 fn random_tensors_do_not_depend_on_thread_count() {
     let rt = rt();
-    let attrs = Attrs::new().with("shape", vec![300i64, 400]).with("seed", 42);
+    let attrs = Attrs::new()
+        .with("shape", vec![300i64, 400])
+        .with("seed", 42);
     let many = rt.call1("randn", &[], &attrs).unwrap().to_vec::<f32>();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     let one = pool.install(|| rt.call1("randn", &[], &attrs).unwrap().to_vec::<f32>());
     assert_eq!(many, one);
     // The first values do not change when a larger tensor is drawn with the same seed.
     let small = rt
-        .call1("randn", &[], &Attrs::new().with("shape", vec![10i64]).with("seed", 42))
+        .call1(
+            "randn",
+            &[],
+            &Attrs::new().with("shape", vec![10i64]).with("seed", 42),
+        )
         .unwrap()
         .to_vec::<f32>();
     assert_eq!(small[..], many[..10]);

@@ -398,6 +398,33 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// A multi-line description: the instance line, then the per-core figures the cost model
+    /// uses, each labelled with its unit.
+    pub fn report(&self) -> String {
+        use crate::events::fmt::bytes;
+        let tf = |flops: f64| format!("{:.1} TFLOPS", flops / 1e12);
+        let bw = |b: f64| format!("{:.0} GB/s", b / 1e9);
+        format!(
+            "{self}\n\
+             per logical core (chip figure / {} cores per chip):\n\
+             \x20 TensorEngine  {} bf16, {} f32\n\
+             \x20 VectorEngine  {} f32    ScalarEngine {} f32\n\
+             \x20 HBM           {} at {}\n\
+             \x20 on-chip link  {}    chip-to-chip {}",
+            self.cores_per_chip(),
+            tf(self.tensor_flops(DType::Bf16)),
+            tf(self.tensor_flops(DType::F32)),
+            tf(self.vector_flops(DType::F32)),
+            tf(self.scalar_flops(DType::F32)),
+            bytes(self.hbm_bytes_per_core()),
+            bw(self.hbm_bandwidth()),
+            bw(self.intra_chip_bandwidth()),
+            bw(self.chip_to_chip_bandwidth()),
+        )
+    }
+}
+
 impl fmt::Display for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let chip = self.instance.chip;

@@ -8,6 +8,7 @@ mod bus;
 mod event;
 pub mod fmt;
 mod summary;
+mod table;
 mod trace;
 
 pub use bus::{EventBus, SubscriptionId, DEFAULT_CAPACITY};
@@ -16,4 +17,5 @@ pub use event::{
     MemoryAction, MemoryEvent, OpEvent, TensorSig,
 };
 pub use summary::{OpTotal, Summary, TOP_OPS};
+pub use table::op_table;
 pub use trace::{chrome_trace, save_chrome_trace};

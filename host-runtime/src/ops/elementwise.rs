@@ -193,7 +193,7 @@ macro_rules! unary_numeric_ops {
 unary_numeric_ops! {
     Neg "neg" "negation, -x" |x| -x, |i| i.wrapping_neg();
     Abs "abs" "absolute value" |x| x.abs(), |i| i.wrapping_abs();
-    Relu "relu" "max(x, 0)" |x| if x > F::zero() { x } else if x.is_nan() { x } else { F::zero() }, |i| i.max(0);
+    Relu "relu" "max(x, 0)" |x| if x > F::zero() || x.is_nan() { x } else { F::zero() }, |i| i.max(0);
     Square "square" "x * x" |x| x * x, |i| i.wrapping_mul(i);
 }
 

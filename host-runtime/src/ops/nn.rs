@@ -207,14 +207,10 @@ fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
             let scale = <T as FloatElem>::C::c(1.0 / (ms + eps).sqrt());
             let shift = <T as FloatElem>::C::c(mean);
             for (j, (dst, v)) in o.iter_mut().zip(i).enumerate() {
-                let mut y = (v.up() - shift) * scale;
-                if let Some(w) = weight {
-                    y = y * <T as FloatElem>::C::c(w[j]);
-                }
-                if let Some(b) = bias {
-                    y = y + <T as FloatElem>::C::c(b[j]);
-                }
-                *dst = T::down(y);
+                let y = (v.up() - shift) * scale;
+            let y = weight.map_or(y, |w| y * <T as FloatElem>::C::c(w[j]));
+            let y = bias.map_or(y, |b| y + <T as FloatElem>::C::c(b[j]));
+            *dst = T::down(y);
             }
         }))),
     ])

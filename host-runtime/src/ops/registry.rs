@@ -282,6 +282,23 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Every op, grouped by family: one `schema` line and its doc per op.
+    pub fn listing(&self) -> String {
+        let mut groups: Vec<OpGroup> = self.ops.iter().map(|o| o.group).collect();
+        groups.sort();
+        groups.dedup();
+        let mut out = String::new();
+        for g in groups {
+            out.push_str(&format!("{}:\n", g.name()));
+            for op in self.ops.iter().filter(|o| o.group == g) {
+                out.push_str(&format!("  {}\n      {}\n", op.schema(), op.doc));
+            }
+        }
+        out
+    }
+}
+
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();

@@ -289,11 +289,9 @@ impl Layout {
             strides: vec![],
             offset: self.offset,
         };
-        for i in 0..self.rank() {
-            if keep[i] {
-                l.shape.push(self.shape[i]);
-                l.strides.push(self.strides[i]);
-            }
+        for (i, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
+            l.shape.push(self.shape[i]);
+            l.strides.push(self.strides[i]);
         }
         Ok(l)
     }

@@ -31,7 +31,10 @@ fn attrs_from(v: Option<&Value>) -> Result<Attrs, String> {
             Value::Array(items) => AttrValue::Ints(
                 items
                     .iter()
-                    .map(|i| i.as_i64().ok_or(format!("attribute '{name}': lists hold ints only")))
+                    .map(|i| {
+                        i.as_i64()
+                            .ok_or(format!("attribute '{name}': lists hold ints only"))
+                    })
                     .collect::<Result<_, _>>()?,
             ),
             Value::Bool(b) => AttrValue::Int(*b as i64),
@@ -56,7 +59,8 @@ fn load_input(rt: &Runtime, dir: &Path, spec: &Value) -> Result<Tensor, String> 
         .map(|d| d.as_u64().map(|d| d as usize).ok_or("bad dim"))
         .collect::<Result<_, _>>()?;
     let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
-    let buffer = Buffer::from_le_bytes(dtype, &bytes).ok_or(format!("{file}: size is not a multiple of {dtype}"))?;
+    let buffer = Buffer::from_le_bytes(dtype, &bytes)
+        .ok_or(format!("{file}: size is not a multiple of {dtype}"))?;
     let mut t = rt.tensor(buffer, &shape).map_err(|e| e.to_string())?;
     for view in spec["views"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let op = view["op"].as_str().ok_or("view without op")?;
@@ -118,7 +122,12 @@ fn list() -> Value {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["list"] => {
             println!("{}", list());
             ExitCode::SUCCESS
@@ -149,7 +158,9 @@ fn main() -> ExitCode {
                 .iter()
                 .map(|c| run_case(&rt, dir, c))
                 .collect();
-            if let Err(e) = std::fs::write(dir.join("results.json"), Value::Array(results).to_string()) {
+            if let Err(e) =
+                std::fs::write(dir.join("results.json"), Value::Array(results).to_string())
+            {
                 eprintln!("opcheck: cannot write results.json: {e}");
                 return ExitCode::FAILURE;
             }
