@@ -18,6 +18,16 @@ pub enum Error {
         /// What was wrong and what was expected.
         message: String,
     },
+    /// An op's outputs do not fit the core's HBM or the host memory cap.
+    #[error("{op}({operands}): {source}")]
+    OpOutOfMemory {
+        /// The op's name.
+        op: String,
+        /// The operands as `name: dtype[shape]`, comma-separated.
+        operands: String,
+        /// Which limit, how much was asked and how much is in use.
+        source: MemoryError,
+    },
     /// No op has this name.
     #[error("{0}")]
     UnknownOp(String),

@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod ops;
 pub mod runtime;
+pub mod sandbox;
 pub mod tensor;
 
 pub use error::{Error, Result};

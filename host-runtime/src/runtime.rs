@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
-use crate::device::memory::DeviceMemory;
+use crate::device::memory::{DeviceMemory, MemoryError};
 use crate::device::topology::{CoreId, Topology};
 use crate::error::{Error, Result};
 use crate::events::{EventBus, EventKind, OpEvent, TensorSig};
@@ -222,7 +222,7 @@ impl Runtime {
                         let allocation = self
                             .memory
                             .reserve(core, bytes)
-                            .map_err(|e| op_err(e.to_string()))?;
+                            .map_err(|e| mem_error(def, &metas, e))?;
                         let storage = Arc::new(Storage::new(input.to_buffer(), Some(allocation)));
                         vec![Tensor::from_storage(
                             storage,
@@ -242,7 +242,7 @@ impl Runtime {
                     allocations.push(
                         self.memory
                             .reserve(core, bytes as u64)
-                            .map_err(|e| op_err(e.to_string()))?,
+                            .map_err(|e| mem_error(def, &metas, e))?,
                     );
                 }
                 let buffers = kernel(&KernelArgs {
@@ -308,16 +308,27 @@ fn check_input_count(def: &OpDef, n: usize) -> Result<(), String> {
     ))
 }
 
-fn op_error(def: &OpDef, inputs: &[TensorMeta], message: String) -> Error {
-    let operands = inputs
+fn operands(def: &OpDef, inputs: &[TensorMeta]) -> String {
+    inputs
         .iter()
         .enumerate()
         .map(|(i, m)| format!("{}: {m}", def.input_name(i)))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+fn op_error(def: &OpDef, inputs: &[TensorMeta], message: String) -> Error {
     Error::Op {
         op: def.name.to_string(),
-        operands,
+        operands: operands(def, inputs),
         message,
+    }
+}
+
+fn mem_error(def: &OpDef, inputs: &[TensorMeta], source: MemoryError) -> Error {
+    Error::OpOutOfMemory {
+        op: def.name.to_string(),
+        operands: operands(def, inputs),
+        source,
     }
 }

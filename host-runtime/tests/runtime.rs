@@ -30,7 +30,7 @@ fn attrs() -> Attrs {
 /// The message of an op error, checked to be an op error for `op`.
 fn op_error(r: Result<Vec<Tensor>, Error>, op: &str) -> String {
     match r {
-        Err(e @ Error::Op { .. }) => {
+        Err(e @ (Error::Op { .. } | Error::OpOutOfMemory { .. })) => {
             let msg = e.to_string();
             assert!(msg.starts_with(&format!("{op}(")), "{msg}");
             msg

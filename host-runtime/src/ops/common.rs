@@ -11,7 +11,7 @@ use super::registry::{InputSpec, MetaArgs};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::strided::{self, PARALLEL_THRESHOLD};
 use crate::tensor::{
-    normalize_dim, shape_str, DType, Element, Layout, Storage, Tensor, TensorMeta,
+    normalize_dim, shape_str, Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta,
 };
 use crate::with_dtype;
 
@@ -38,6 +38,33 @@ pub fn broadcast_strides(layout: &Layout, out_shape: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// `v` as f32 rounded to odd: truncated toward zero, with the last bit set when inexact. A
+/// second rounding to nearest into a type with at least two fewer significand bits (bf16, f16)
+/// then gives the correctly rounded result.
+fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if v.is_nan() || r as f64 == v {
+        return r;
+    }
+    let bits = if (r as f64).abs() > v.abs() {
+        r.to_bits() - 1
+    } else {
+        r.to_bits()
+    };
+    f32::from_bits(bits | 1)
+}
+
+/// `t`'s elements converted to `to` as PyTorch casts them, in row-major order. Values go into
+/// bf16 and f16 rounded once to nearest even: `half`'s `from_f64` rounds twice (through f32, or
+/// ignoring the low 32 significand bits), which is one ulp off when the first rounding makes a tie.
+pub fn cast_buffer(t: &Tensor, to: DType) -> Buffer {
+    with_dtype!(t.dtype(), S => match to {
+        DType::Bf16 => Buffer::Bf16(map1(t, |v: S| bf16::from_f32(f32_round_to_odd(v.to_f64())))),
+        DType::F16 => Buffer::F16(map1(t, |v: S| f16::from_f32(f32_round_to_odd(v.to_f64())))),
+        _ => with_dtype!(to, D => D::into_buffer(map1(t, |v: S| D::cast_from(v)))),
+    })
+}
+
 /// `t` as `dtype`: itself when it already is, else a dense converted temporary.
 ///
 /// Temporaries are not charged to the core's HBM: they model a conversion the device would
@@ -46,7 +73,7 @@ pub fn as_dtype(t: &Tensor, dtype: DType) -> Tensor {
     if t.dtype() == dtype {
         return t.clone();
     }
-    let buffer = with_dtype!(dtype, D => D::into_buffer(t.to_vec::<D>()));
+    let buffer = cast_buffer(t, dtype);
     Tensor::from_storage(
         Arc::new(Storage::new(buffer, None)),
         Layout::contiguous(t.shape()),

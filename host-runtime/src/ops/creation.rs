@@ -108,12 +108,31 @@ fn fill(a: &KernelArgs, value: f64) -> Result<Vec<Buffer>, String> {
     ])
 }
 
-fn random(a: &KernelArgs, f: fn(i64, usize) -> f64) -> Result<Vec<Buffer>, String> {
+fn random(
+    a: &KernelArgs,
+    f: impl Fn(i64, usize) -> f64 + Sync + Send,
+) -> Result<Vec<Buffer>, String> {
     let out = &a.outputs[0];
     let seed = a.attrs.int("seed");
     Ok(vec![
         with_dtype!(out.dtype, T => generate::<T>(out.numel(), |i| f(seed, i))),
     ])
+}
+
+/// `rand`: uniforms truncated to the output dtype's significand width (as torch draws them), so
+/// every value is exact in the dtype and below 1; rounding to nearest would turn values close to
+/// 1 into 1.0 in bf16 and f16.
+fn rand_kernel(a: &KernelArgs) -> Result<Vec<Buffer>, String> {
+    let bits = match a.outputs[0].dtype {
+        DType::Bf16 => 8,
+        DType::F16 => 11,
+        DType::F32 => 24,
+        _ => 53,
+    };
+    let steps = (1u64 << bits) as f64;
+    random(a, move |seed, i| {
+        (uniform_at(seed, i) * steps).floor() / steps
+    })
 }
 
 fn arange_len(a: &MetaArgs) -> Result<usize, String> {
@@ -235,7 +254,7 @@ pub fn defs() -> Vec<OpDef> {
             "uniform random values in [0, 1), counter-based from seed",
             RANDOM_ATTRS,
             infer_random,
-            |a| random(a, uniform_at),
+            rand_kernel,
             random_cost,
         ),
         def(

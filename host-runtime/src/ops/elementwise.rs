@@ -4,10 +4,10 @@
 //! Each op is a zero-sized type implementing one small trait; the generic kernels are
 //! monomorphized per op so the inner loops inline the math.
 
-use half::{bf16, f16};
-
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
-use super::common::{as_dtype, map1, map2, map3, streaming_cost, with_float, FloatElem, MathExt};
+use super::common::{
+    as_dtype, cast_buffer, map1, map2, map3, streaming_cost, with_float, FloatElem, MathExt,
+};
 use super::registry::{Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{broadcast_shapes, Buffer, DType, Element, TensorMeta};
@@ -529,17 +529,7 @@ static CAST_ATTRS: &[AttrSpec] = &[AttrSpec::new(
 )];
 
 fn cast_kernel(a: &KernelArgs) -> KResult {
-    let x = a.inputs[0];
-    let to = a.outputs[0].dtype;
-    // Direct narrowing from f32 avoids a double rounding through f64.
-    let buffer = match (x.dtype(), to) {
-        (DType::F32, DType::Bf16) => Buffer::Bf16(map1(x, bf16::from_f32)),
-        (DType::F32, DType::F16) => Buffer::F16(map1(x, f16::from_f32)),
-        _ => {
-            with_dtype!(x.dtype(), S => with_dtype!(to, D => D::into_buffer(map1(x, |v: S| D::cast_from(v)))))
-        }
-    };
-    Ok(vec![buffer])
+    Ok(vec![cast_buffer(a.inputs[0], a.outputs[0].dtype)])
 }
 
 fn cast_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {

@@ -58,24 +58,25 @@ fn infer_softmax(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
 }
 
 fn softmax_row<C: MathExt>(row: &[C], out: &mut [C], log: bool) {
+    // As torch, a row holding NaN or +inf, or only -inf, is NaN throughout: `v - max` is NaN
+    // somewhere in it, and so is the sum.
     let max = row.iter().fold(
         C::neg_infinity(),
         |m, &v| if v > m || v.is_nan() { v } else { m },
     );
-    let shift = if max.is_finite() { max } else { C::zero() };
     let sum: f64 = row
         .iter()
-        .map(|&v| (v - shift).exp().to_f64().unwrap_or(f64::NAN))
+        .map(|&v| (v - max).exp().to_f64().unwrap_or(f64::NAN))
         .sum();
     let sum = C::c(sum);
     if log {
         let lse = sum.ln();
         for (o, &v) in out.iter_mut().zip(row) {
-            *o = v - shift - lse;
+            *o = v - max - lse;
         }
     } else {
         for (o, &v) in out.iter_mut().zip(row) {
-            *o = (v - shift).exp() / sum;
+            *o = (v - max).exp() / sum;
         }
     }
 }

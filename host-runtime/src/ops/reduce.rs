@@ -94,19 +94,26 @@ enum OutDType {
     Index,
 }
 
+/// The reduced dims of sum, prod, mean, var, std, max and min (their `dims` attribute).
 fn dims_of(a: &ResolvedAttrs, shape: &[usize]) -> Result<Vec<usize>, String> {
-    match a.opt_ints("dims") {
-        Some(d) => reduced_dims(d, shape),
-        None => match a.opt_int("dim") {
-            Some(d) => Ok(vec![dim_of(d, shape)?]),
-            None => Ok((0..shape.len()).collect()),
-        },
+    reduced_dims(a.ints("dims"), shape)
+}
+
+/// The reduced dims of argmax and argmin: their optional `dim`, else every dim.
+fn arg_dims(a: &ResolvedAttrs, shape: &[usize]) -> Result<Vec<usize>, String> {
+    match a.opt_int("dim") {
+        Some(d) => Ok(vec![dim_of(d, shape)?]),
+        None => Ok((0..shape.len()).collect()),
     }
 }
 
 fn infer(a: &MetaArgs, rule: OutDType) -> Result<Vec<TensorMeta>, String> {
     let x = &a.inputs[0];
-    let dims = dims_of(a.attrs, &x.shape)?;
+    let dims = if rule == OutDType::Index {
+        arg_dims(a.attrs, &x.shape)?
+    } else {
+        dims_of(a.attrs, &x.shape)?
+    };
     let dtype = match rule {
         OutDType::Accumulate if !x.dtype.is_float() => DType::I64,
         OutDType::FloatOnly if !x.dtype.is_float() => {
@@ -211,7 +218,7 @@ fn extreme_index<T: PartialOrd>(r: &[T], want_max: bool) -> usize {
 
 fn arg_kernel(a: &KernelArgs, want_max: bool) -> KResult {
     let x = a.inputs[0];
-    let dims = dims_of(a.attrs, x.shape())?;
+    let dims = arg_dims(a.attrs, x.shape())?;
     // Without a dim, the index is into the flattened (row-major) tensor.
     let x = if a.attrs.opt_int("dim").is_none() {
         super::common::dense(x)

@@ -1,0 +1,564 @@
+//! The host side of the guest ABI (guest-sdk/ABI.md): the `neuronlab` imports.
+//!
+//! Every import returns a status and never traps: guest pointers are bounds-checked (with
+//! overflow), handles are validated, and failures set the message `last_error` returns.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::{Caller, Extern, Linker, StoreLimits};
+
+use super::attrs;
+use super::handles::{HandleError, HandleTable};
+use super::output::{GuestOutput, OutputSink};
+use crate::device::topology::CoreId;
+use crate::ops::{OpId, Registry};
+use crate::tensor::{checked_numel, format_tensor, Buffer, DType, FormatOptions, Tensor};
+use crate::{Error, Runtime};
+
+/// The import module every guest import comes from.
+pub const MODULE: &str = "neuronlab";
+
+/// Every import this host provides (the sys, tensor and op groups of ABI 1.0).
+pub const IMPORTS: &[&str] = &[
+    "last_error",
+    "print",
+    "display",
+    "clock_ns",
+    "tensor_create",
+    "tensor_dtype",
+    "tensor_rank",
+    "tensor_shape",
+    "tensor_numel",
+    "tensor_nbytes",
+    "tensor_read",
+    "tensor_format",
+    "tensor_display",
+    "tensor_device",
+    "tensor_clone",
+    "tensor_drop",
+    "op_lookup",
+    "op_call",
+];
+
+/// The ABI's error codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// A bad argument.
+    Invalid = -1,
+    /// A bad handle.
+    Handle = -2,
+    /// A pointer range outside guest memory.
+    Bounds = -3,
+    /// The op rejected its operands or attributes.
+    Op = -4,
+    /// A memory quota or limit.
+    Memory = -5,
+    /// No such op.
+    UnknownOp = -6,
+    /// Interrupted.
+    Cancelled = -7,
+    /// The output buffer is too small.
+    TooSmall = -8,
+    /// Known but not available here.
+    Unavailable = -9,
+}
+
+/// Most dims a tensor created by a guest may have.
+const MAX_RANK: usize = 64;
+/// Most inputs one op call may pass.
+const MAX_INPUTS: usize = 4096;
+
+/// A failed import: the code the guest sees and the message `last_error` gives.
+struct Fail(ErrorCode, String);
+
+type HostResult<T> = Result<T, Fail>;
+
+impl From<HandleError> for Fail {
+    fn from(e: HandleError) -> Fail {
+        Fail(ErrorCode::Handle, e.to_string())
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        let code = match &e {
+            Error::Op { .. } => ErrorCode::Op,
+            Error::OpOutOfMemory { .. } | Error::Memory(_) => ErrorCode::Memory,
+            Error::UnknownOp(_) => ErrorCode::UnknownOp,
+            Error::Cancelled(_) => ErrorCode::Cancelled,
+            Error::Invalid(_) | Error::Topology(_) => ErrorCode::Invalid,
+        };
+        Fail(code, e.to_string())
+    }
+}
+
+/// The host state of one guest instance.
+pub struct GuestState {
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) core: CoreId,
+    pub(super) handles: HandleTable,
+    pub(super) last_error: String,
+    pub(super) output: OutputSink,
+    pub(super) limits: StoreLimits,
+    pub(super) interrupt: Arc<AtomicBool>,
+    pub(super) call_started: Instant,
+    started: Instant,
+}
+
+impl GuestState {
+    /// State for a new instance.
+    pub(super) fn new(
+        runtime: Arc<Runtime>,
+        core: CoreId,
+        output: OutputSink,
+        limits: StoreLimits,
+        interrupt: Arc<AtomicBool>,
+    ) -> GuestState {
+        // Distinct salts make a handle from one instance stale in another.
+        static SALT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x5a3);
+        let salt = SALT.fetch_add(0x9e7, Ordering::Relaxed);
+        GuestState {
+            runtime,
+            core,
+            handles: HandleTable::new(salt),
+            last_error: String::new(),
+            output,
+            limits,
+            interrupt,
+            call_started: Instant::now(),
+            started: Instant::now(),
+        }
+    }
+}
+
+type Ctx<'a> = Caller<'a, GuestState>;
+
+/// Converts an import's result to the i32 the guest sees, recording the error message.
+fn status(caller: &mut Ctx, r: HostResult<i32>) -> i32 {
+    match r {
+        Ok(v) => v,
+        Err(Fail(code, message)) => {
+            caller.data_mut().last_error = message;
+            code as i32
+        }
+    }
+}
+
+/// Like [`status`] for imports that return an i64.
+fn status64(caller: &mut Ctx, r: HostResult<i64>) -> i64 {
+    match r {
+        Ok(v) => v,
+        Err(Fail(code, message)) => {
+            caller.data_mut().last_error = message;
+            code as i64
+        }
+    }
+}
+
+/// The byte range `ptr..ptr+len` of guest memory, checked.
+fn range(mem_len: usize, ptr: i32, len: i32) -> HostResult<std::ops::Range<usize>> {
+    let bad = || {
+        Fail(
+            ErrorCode::Bounds,
+            format!("the range (ptr {ptr}, len {len}) lies outside guest memory ({mem_len} bytes)"),
+        )
+    };
+    if ptr < 0 || len < 0 {
+        return Err(bad());
+    }
+    let (start, len) = (ptr as usize, len as usize);
+    let end = start.checked_add(len).ok_or_else(bad)?;
+    if end > mem_len {
+        return Err(bad());
+    }
+    Ok(start..end)
+}
+
+fn memory(caller: &mut Ctx) -> HostResult<wasmtime::Memory> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(m)) => Ok(m),
+        _ => Err(Fail(
+            ErrorCode::Invalid,
+            "the guest does not export its linear memory as `memory`".into(),
+        )),
+    }
+}
+
+fn read(caller: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<u8>> {
+    let mem = memory(caller)?;
+    let data = mem.data(&*caller);
+    Ok(data[range(data.len(), ptr, len)?].to_vec())
+}
+
+fn read_str(caller: &mut Ctx, ptr: i32, len: i32, what: &str) -> HostResult<String> {
+    String::from_utf8(read(caller, ptr, len)?)
+        .map_err(|_| Fail(ErrorCode::Invalid, format!("{what} is not valid UTF-8")))
+}
+
+fn write(caller: &mut Ctx, ptr: i32, bytes: &[u8]) -> HostResult<()> {
+    let mem = memory(caller)?;
+    let data = mem.data_mut(&mut *caller);
+    let r = range(data.len(), ptr, bytes.len() as i32)?;
+    data[r].copy_from_slice(bytes);
+    Ok(())
+}
+
+/// Copies up to `cap` bytes of `bytes` to `ptr` and returns the full length.
+fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -> HostResult<i32> {
+    if cap < 0 {
+        return Err(Fail(ErrorCode::Bounds, format!("negative capacity {cap}")));
+    }
+    let n = bytes.len().min(cap as usize);
+    write(caller, ptr, &bytes[..n])?;
+    i32::try_from(bytes.len())
+        .map_err(|_| Fail(ErrorCode::Invalid, "the result is larger than 2 GiB".into()))
+}
+
+fn tensor(caller: &Ctx, h: i32) -> HostResult<Tensor> {
+    Ok(caller.data().handles.get(h as u32)?.clone())
+}
+
+fn insert(caller: &mut Ctx, t: Tensor) -> HostResult<i32> {
+    Ok(caller.data_mut().handles.insert(t)? as i32)
+}
+
+fn check_interrupt(caller: &Ctx) -> HostResult<()> {
+    if caller.data().interrupt.load(Ordering::SeqCst) {
+        return Err(Fail(ErrorCode::Cancelled, "interrupted".into()));
+    }
+    Ok(())
+}
+
+fn tensor_create(
+    caller: &mut Ctx,
+    dtype: i32,
+    shape_ptr: i32,
+    rank: i32,
+    data_ptr: i32,
+    data_len: i32,
+) -> HostResult<i32> {
+    check_interrupt(caller)?;
+    let dtype = u32::try_from(dtype)
+        .ok()
+        .and_then(DType::from_code)
+        .ok_or_else(|| {
+            Fail(
+                ErrorCode::Invalid,
+                format!("{dtype} is not a dtype code (0..=7, see ABI.md)"),
+            )
+        })?;
+    if rank < 0 || rank as usize > MAX_RANK {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!("rank {rank} is outside 0..={MAX_RANK}"),
+        ));
+    }
+    let raw = read(caller, shape_ptr, rank * 8)?;
+    let dims: Vec<i64> = raw
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    if let Some(d) = dims.iter().find(|&&d| d < 0) {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!("shape {dims:?} has a negative dim {d}"),
+        ));
+    }
+    let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let nbytes = checked_numel(&shape)
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .ok_or_else(|| Fail(ErrorCode::Invalid, format!("shape {shape:?} is too large")))?;
+    if data_len < 0 || data_len as usize != nbytes {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!(
+                "a {dtype} tensor of shape {shape:?} needs {nbytes} bytes of data, got {data_len}"
+            ),
+        ));
+    }
+    let bytes = read(caller, data_ptr, data_len)?;
+    let buffer =
+        Buffer::from_le_bytes(dtype, &bytes).expect("length checked against the dtype size");
+    let state = caller.data();
+    let t = state.runtime.tensor_on(state.core, buffer, &shape)?;
+    insert(caller, t)
+}
+
+/// The arguments of `op_call`, as the guest passed them.
+struct OpCall {
+    id: i32,
+    inputs_ptr: i32,
+    n_inputs: i32,
+    attrs_ptr: i32,
+    attrs_len: i32,
+    outputs_ptr: i32,
+    max_outputs: i32,
+}
+
+fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
+    let OpCall {
+        id,
+        inputs_ptr,
+        n_inputs,
+        attrs_ptr,
+        attrs_len,
+        outputs_ptr,
+        max_outputs,
+    } = args;
+    check_interrupt(caller)?;
+    let def = u32::try_from(id)
+        .ok()
+        .and_then(|i| Registry::global().get(OpId(i)))
+        .ok_or_else(|| {
+            Fail(
+                ErrorCode::UnknownOp,
+                format!("no op has id {id}; look ops up with op_lookup"),
+            )
+        })?;
+    if def.outputs.len() > max_outputs.max(0) as usize {
+        return Err(Fail(
+            ErrorCode::TooSmall,
+            format!(
+                "{} has {} output(s) but max_outputs is {max_outputs}",
+                def.name,
+                def.outputs.len()
+            ),
+        ));
+    }
+    if n_inputs < 0 || n_inputs as usize > MAX_INPUTS {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!("n_inputs {n_inputs} is outside 0..={MAX_INPUTS}"),
+        ));
+    }
+    let raw = read(caller, inputs_ptr, n_inputs * 4)?;
+    let inputs: Vec<Tensor> = raw
+        .chunks_exact(4)
+        .map(|c| {
+            tensor(
+                caller,
+                u32::from_le_bytes(c.try_into().expect("4 bytes")) as i32,
+            )
+        })
+        .collect::<HostResult<_>>()?;
+    let attrs = attrs::decode(&read(caller, attrs_ptr, attrs_len)?)
+        .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let state = caller.data();
+    let outputs = state.runtime.call_on(def, &refs, &attrs, state.core)?;
+    let mut handles = Vec::with_capacity(outputs.len());
+    for t in outputs {
+        handles.push(insert(caller, t)? as u32);
+    }
+    let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
+    if let Err(e) = write(caller, outputs_ptr, &bytes) {
+        // Do not leak the outputs the guest cannot learn about.
+        for h in handles {
+            let _ = caller.data_mut().handles.remove(h);
+        }
+        return Err(e);
+    }
+    Ok(handles.len() as i32)
+}
+
+/// Defines every import of [`IMPORTS`] on `linker`.
+pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.func_wrap(MODULE, "last_error", |mut c: Ctx, ptr: i32, cap: i32| {
+        let msg = c.data().last_error.clone();
+        let r = write_capped(&mut c, ptr, cap, msg.as_bytes());
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "print",
+        |mut c: Ctx, stream: i32, ptr: i32, len: i32| {
+            let r = (|| {
+                let text = String::from_utf8_lossy(&read(&mut c, ptr, len)?).into_owned();
+                let out = match stream {
+                    1 => GuestOutput::Stdout(text),
+                    2 => GuestOutput::Stderr(text),
+                    s => {
+                        return Err(Fail(
+                            ErrorCode::Invalid,
+                            format!("stream {s} is neither 1 (stdout) nor 2 (stderr)"),
+                        ))
+                    }
+                };
+                (c.data_mut().output)(out);
+                Ok(0)
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "display",
+        |mut c: Ctx, mime_ptr: i32, mime_len: i32, data_ptr: i32, data_len: i32| {
+            let r = (|| {
+                let mime = read_str(&mut c, mime_ptr, mime_len, "the MIME type")?;
+                let data = read(&mut c, data_ptr, data_len)?;
+                (c.data_mut().output)(GuestOutput::Display { mime, data });
+                Ok(0)
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "clock_ns", |c: Ctx| {
+        c.data().started.elapsed().as_nanos() as i64
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "tensor_create",
+        |mut c: Ctx, dtype: i32, shape_ptr: i32, rank: i32, data_ptr: i32, data_len: i32| {
+            let r = tensor_create(&mut c, dtype, shape_ptr, rank, data_ptr, data_len);
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "tensor_dtype", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| t.dtype().code() as i32);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "tensor_rank", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| t.rank() as i32);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "tensor_shape",
+        |mut c: Ctx, h: i32, ptr: i32, cap: i32| {
+            let r = (|| {
+                let t = tensor(&c, h)?;
+                if cap < 0 {
+                    return Err(Fail(ErrorCode::Bounds, format!("negative capacity {cap}")));
+                }
+                let dims: Vec<u8> = t
+                    .shape()
+                    .iter()
+                    .take(cap as usize)
+                    .flat_map(|&d| (d as i64).to_le_bytes())
+                    .collect();
+                write(&mut c, ptr, &dims)?;
+                Ok(t.rank() as i32)
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "tensor_numel", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| t.numel() as i64);
+        status64(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "tensor_nbytes", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| t.nbytes() as i64);
+        status64(&mut c, r)
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "tensor_read",
+        |mut c: Ctx, h: i32, ptr: i32, len: i32| {
+            let r = (|| {
+                let t = tensor(&c, h)?;
+                if (len.max(0) as usize) < t.nbytes() {
+                    return Err(Fail(
+                        ErrorCode::TooSmall,
+                        format!(
+                            "the tensor has {} bytes but the buffer holds {len}",
+                            t.nbytes()
+                        ),
+                    ));
+                }
+                let bytes = t.to_buffer().to_le_bytes();
+                write(&mut c, ptr, &bytes)?;
+                Ok(bytes.len() as i32)
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "tensor_format",
+        |mut c: Ctx, h: i32, ptr: i32, cap: i32| {
+            let r = (|| {
+                let text = format_tensor(&tensor(&c, h)?, &FormatOptions::default());
+                write_capped(&mut c, ptr, cap, text.as_bytes())
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "tensor_display", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| {
+            (c.data_mut().output)(GuestOutput::Tensor(t));
+            0
+        });
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "tensor_device", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).map(|t| t.device().0 as i32);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "tensor_clone", |mut c: Ctx, h: i32| {
+        let r = tensor(&c, h).and_then(|t| insert(&mut c, t));
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "tensor_drop", |mut c: Ctx, h: i32| {
+        let r = c
+            .data_mut()
+            .handles
+            .remove(h as u32)
+            .map(|_| 0)
+            .map_err(Fail::from);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "op_lookup", |mut c: Ctx, ptr: i32, len: i32| {
+        let r = (|| {
+            let name = read_str(&mut c, ptr, len, "the op name")?;
+            Registry::global()
+                .lookup(&name)
+                .map(|(id, _)| id.0 as i32)
+                .map_err(|e| Fail(ErrorCode::UnknownOp, e))
+        })();
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "op_call",
+        |mut c: Ctx,
+         id: i32,
+         inputs_ptr: i32,
+         n_inputs: i32,
+         attrs_ptr: i32,
+         attrs_len: i32,
+         outputs_ptr: i32,
+         max_outputs: i32| {
+            let args = OpCall {
+                id,
+                inputs_ptr,
+                n_inputs,
+                attrs_ptr,
+                attrs_len,
+                outputs_ptr,
+                max_outputs,
+            };
+            let r = op_call(&mut c, args);
+            status(&mut c, r)
+        },
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range;
+
+    #[test]
+    fn ranges_are_checked_with_overflow() {
+        assert_eq!(range(100, 10, 20).ok(), Some(10..30));
+        assert!(range(100, 90, 20).is_err());
+        assert!(range(100, -1, 1).is_err());
+        assert!(range(100, 1, -1).is_err());
+        assert!(range(usize::MAX, i32::MAX, i32::MAX).is_ok());
+        assert!(range(100, 100, 0).is_ok());
+    }
+}

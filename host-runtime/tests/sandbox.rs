@@ -1,0 +1,327 @@
+//! The sandbox against hostile and broken guests, written as WAT fixtures (no toolchain
+//! needed). After every failure the host keeps running: a following guest in the same process
+//! runs normally and the session's own tensors are intact.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use neuronlab_runtime::device::topology::{CoreId, Topology};
+use neuronlab_runtime::ops::Attrs;
+use neuronlab_runtime::runtime::RuntimeOptions;
+use neuronlab_runtime::sandbox::{
+    ErrorCode, Guest, GuestError, GuestErrorKind, GuestOutput, Limits, ModuleSource, Sandbox,
+};
+use neuronlab_runtime::{Runtime, Tensor};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A session: a runtime with one tensor of its own, and the output guests print.
+struct Session {
+    sandbox: Sandbox,
+    runtime: Arc<Runtime>,
+    own: Tensor,
+    output: Arc<Mutex<Vec<GuestOutput>>>,
+}
+
+impl Session {
+    fn new(host_limit: u64) -> Session {
+        let runtime = Arc::new(Runtime::new(RuntimeOptions {
+            topology: Topology::preset("trn2.3xlarge", None).unwrap(),
+            host_limit,
+        }));
+        let own = runtime
+            .call1(
+                "arange",
+                &[],
+                &Attrs::new().with("end", 6.0).with("dtype", "f32"),
+            )
+            .unwrap();
+        Session {
+            sandbox: Sandbox::new(None).unwrap(),
+            runtime,
+            own,
+            output: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn guest_with(&self, name: &str, limits: Limits) -> Result<Guest, GuestError> {
+        let module = self.sandbox.load_file(&fixture(name))?;
+        let output = self.output.clone();
+        self.sandbox.instantiate(
+            &module,
+            self.runtime.clone(),
+            CoreId(0),
+            limits,
+            Box::new(move |o| output.lock().unwrap().push(o)),
+        )
+    }
+
+    fn guest(&self, name: &str) -> Result<Guest, GuestError> {
+        self.guest_with(name, Limits::default())
+    }
+
+    fn stdout(&self) -> String {
+        self.output
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|o| match o {
+                GuestOutput::Stdout(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The host still works: a good guest runs and prints, and the session tensor is intact.
+    fn assert_healthy(&self) {
+        self.output.lock().unwrap().clear();
+        let mut g = self.guest("hello.wat").expect("hello.wat loads");
+        assert_eq!(g.call("run", &[]).expect("hello.wat runs"), vec!["0"]);
+        assert_eq!(self.stdout(), "sum ok\n");
+        assert_eq!(self.own.to_vec::<f32>(), vec![0., 1., 2., 3., 4., 5.]);
+    }
+}
+
+fn call_i32(g: &mut Guest, entry: &str, args: &[&str]) -> i32 {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    g.call(entry, &args).unwrap()[0].parse().unwrap()
+}
+
+/// The guest's last error message (the `error` export copies it to offset 1024).
+fn last_error(g: &mut Guest) -> String {
+    let n = call_i32(g, "error", &[]);
+    assert!(n > 0, "no error message");
+    n.to_string()
+}
+
+fn expect_kind<T>(r: Result<T, GuestError>, kind: GuestErrorKind) -> GuestError {
+    match r {
+        Err(e) if e.kind == kind => e,
+        Err(e) => panic!("expected {kind:?}, got {e}"),
+        Ok(_) => panic!("expected {kind:?}, got success"),
+    }
+}
+
+#[test]
+fn a_good_guest_runs_and_prints() {
+    Session::new(1 << 30).assert_healthy();
+}
+
+#[test]
+fn an_infinite_loop_meets_the_deadline() {
+    let s = Session::new(1 << 30);
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let mut g = s.guest_with("infinite_loop.wat", limits).unwrap();
+    let started = Instant::now();
+    let e = expect_kind(g.call("run", &[]), GuestErrorKind::Deadline);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        e.message.contains("deadline") && e.message.contains("looping"),
+        "{e}"
+    );
+    assert!(!e.backtrace.is_empty(), "a trap carries the wasm backtrace");
+    s.assert_healthy();
+}
+
+#[test]
+fn an_infinite_loop_stops_on_interrupt() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("infinite_loop.wat").unwrap();
+    let handle = g.interrupt_handle();
+    let started = Instant::now();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        handle.interrupt();
+    });
+    expect_kind(g.call("run", &[]), GuestErrorKind::Interrupted);
+    stopper.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The same instance can be called again after an interrupt.
+    let handle = g.interrupt_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        handle.interrupt();
+    });
+    expect_kind(g.call("run", &[]), GuestErrorKind::Interrupted);
+    s.assert_healthy();
+}
+
+#[test]
+fn memory_bombs_and_huge_memories_are_refused() {
+    let s = Session::new(1 << 30);
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let mut g = s.guest_with("memory_bomb.wat", limits.clone()).unwrap();
+    let e = expect_kind(g.call("run", &[]), GuestErrorKind::ResourceLimit);
+    assert!(e.message.contains("16 MiB"), "{e}");
+    let e = expect_kind(
+        s.guest_with("huge_memory.wat", limits),
+        GuestErrorKind::ResourceLimit,
+    );
+    assert!(e.message.contains("limit"), "{e}");
+    s.assert_healthy();
+}
+
+#[test]
+fn unbounded_recursion_traps_with_a_stack_overflow() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("recursion.wat").unwrap();
+    let e = expect_kind(g.call("run", &[]), GuestErrorKind::Trap);
+    assert!(e.message.contains("stack overflow"), "{e}");
+    assert!(
+        e.backtrace.iter().any(|f| f.contains("deeper")),
+        "{:?}",
+        &e.backtrace[..3]
+    );
+    s.assert_healthy();
+}
+
+#[test]
+fn forged_freed_reused_and_foreign_handles_are_errors() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("handles.wat").unwrap();
+    let handle = ErrorCode::Handle as i32;
+    assert_eq!(call_i32(&mut g, "forged", &[]), handle);
+    last_error(&mut g);
+    assert_eq!(call_i32(&mut g, "null", &[]), handle);
+    assert_eq!(call_i32(&mut g, "freed", &[]), handle);
+    assert_eq!(call_i32(&mut g, "reused", &[]), handle);
+    // A live handle works; the same number in another instance does not.
+    let h = call_i32(&mut g, "make", &[]);
+    assert!(h > 0);
+    assert_eq!(
+        call_i32(&mut g, "use", &[&h.to_string()]),
+        0,
+        "dtype code of f32"
+    );
+    let mut other = s.guest("handles.wat").unwrap();
+    assert_eq!(call_i32(&mut other, "use", &[&h.to_string()]), handle);
+    s.assert_healthy();
+}
+
+#[test]
+fn out_of_bounds_and_overflowing_pointers_are_errors() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("bounds.wat").unwrap();
+    let bounds = ErrorCode::Bounds as i32;
+    assert_eq!(call_i32(&mut g, "past_end", &[]), bounds);
+    assert_eq!(call_i32(&mut g, "overflow", &[]), bounds);
+    assert_eq!(call_i32(&mut g, "negative_len", &[]), bounds);
+    assert_eq!(
+        call_i32(&mut g, "negative_dim", &[]),
+        ErrorCode::Invalid as i32
+    );
+    assert_eq!(
+        call_i32(&mut g, "bad_dtype", &[]),
+        ErrorCode::Invalid as i32
+    );
+    assert_eq!(
+        call_i32(&mut g, "truncated_attrs", &[]),
+        ErrorCode::Invalid as i32
+    );
+    s.assert_healthy();
+}
+
+#[test]
+fn a_tensor_larger_than_the_quota_is_refused() {
+    let s = Session::new(256 << 20);
+    let mut g = s.guest("bounds.wat").unwrap();
+    let before = s.runtime.memory().stats(CoreId(0)).unwrap().in_use;
+    assert_eq!(call_i32(&mut g, "too_large", &[]), ErrorCode::Memory as i32);
+    assert_eq!(s.runtime.memory().stats(CoreId(0)).unwrap().in_use, before);
+    assert_eq!(g.live_tensors(), 0);
+    s.assert_healthy();
+}
+
+#[test]
+fn a_trap_after_host_calls_releases_the_guests_tensors() {
+    let s = Session::new(1 << 30);
+    let before = s.runtime.memory().stats(CoreId(0)).unwrap().in_use;
+    let mut g = s.guest("trap_after_host_calls.wat").unwrap();
+    let e = expect_kind(g.call("run", &[]), GuestErrorKind::Trap);
+    assert!(e.message.contains("unreachable"), "{e}");
+    assert_eq!(g.live_tensors(), 2);
+    drop(g);
+    assert_eq!(s.runtime.memory().stats(CoreId(0)).unwrap().in_use, before);
+    s.assert_healthy();
+}
+
+#[test]
+fn abi_versions_entries_and_imports_are_checked() {
+    let s = Session::new(1 << 30);
+    let e = expect_kind(s.guest("wrong_abi.wat"), GuestErrorKind::AbiVersion);
+    assert!(
+        e.message.contains("ABI 2.0") && e.message.contains("speaks ABI 1"),
+        "{e}"
+    );
+    let e = expect_kind(s.guest("no_abi.wat"), GuestErrorKind::AbiVersion);
+    assert!(e.message.contains("neuronlab_abi_version"), "{e}");
+    let e = expect_kind(s.guest("unknown_import.wat"), GuestErrorKind::Link);
+    assert!(
+        e.message.contains("neuronlab::launch_missiles")
+            && e.message.contains("wasi_snapshot_preview1::fd_write"),
+        "{e}"
+    );
+    let mut g = s.guest("hello.wat").unwrap();
+    let e = expect_kind(g.call("main", &[]), GuestErrorKind::MissingEntry);
+    assert!(e.message.contains("exports: run"), "{e}");
+    let mut h = s.guest("handles.wat").unwrap();
+    let e = expect_kind(h.call("use", &["x".into()]), GuestErrorKind::BadArguments);
+    assert!(e.message.contains("'x' is not a valid i32"), "{e}");
+    let e = expect_kind(
+        s.sandbox.load("junk", b"(module (func"),
+        GuestErrorKind::Load,
+    );
+    assert!(e.message.contains("not valid WebAssembly text"), "{e}");
+    s.assert_healthy();
+}
+
+#[test]
+fn compiled_modules_are_cached_on_disk() {
+    let dir = std::env::temp_dir().join(format!("neuronlab-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = std::fs::read(fixture("hello.wat")).unwrap();
+    let first = Sandbox::new(Some(dir.clone()))
+        .unwrap()
+        .load("hello.wat", &bytes)
+        .unwrap();
+    assert_eq!(first.source, ModuleSource::Compiled);
+    let second = Sandbox::new(Some(dir.clone()))
+        .unwrap()
+        .load("hello.wat", &bytes)
+        .unwrap();
+    assert_eq!(second.source, ModuleSource::DiskCache);
+    // A corrupt entry is detected, reported and rebuilt.
+    for entry in std::fs::read_dir(dir.join("modules")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut b = std::fs::read(&path).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        std::fs::write(&path, b).unwrap();
+    }
+    let third = Sandbox::new(Some(dir.clone()))
+        .unwrap()
+        .load("hello.wat", &bytes)
+        .unwrap();
+    assert!(
+        matches!(&third.source, ModuleSource::Recompiled(why) if why.contains("checksum")),
+        "{:?}",
+        third.source
+    );
+    let fourth = Sandbox::new(Some(dir.clone()))
+        .unwrap()
+        .load("hello.wat", &bytes)
+        .unwrap();
+    assert_eq!(fourth.source, ModuleSource::DiskCache);
+    std::fs::remove_dir_all(&dir).ok();
+}
