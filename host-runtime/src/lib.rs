@@ -13,6 +13,7 @@ pub mod ops;
 pub mod runtime;
 pub mod sandbox;
 pub mod tensor;
+pub mod toolchain;
 
 pub use error::{Error, Result};
 pub use runtime::Runtime;

@@ -2,13 +2,17 @@
 //! `neuronlab-runtime`; the logic lives there.
 
 mod demo;
+mod run;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use neuronlab_runtime::device::topology::Topology;
 use neuronlab_runtime::ops::Registry;
+use neuronlab_runtime::sandbox::{cache_root, Limits};
+use neuronlab_runtime::toolchain::{self, Toolchain};
 
 /// An interactive lab for the eager Neuron tensor runtime, simulated on the CPU.
 #[derive(Parser)]
@@ -29,6 +33,44 @@ enum Command {
         /// Tokens in the batch.
         #[arg(long, default_value_t = 128)]
         tokens: usize,
+    },
+    /// Runs a guest module (.wasm or .wat), streaming its output, then prints the event summary.
+    Run {
+        /// The module.
+        module: PathBuf,
+        /// The exported function to call.
+        #[arg(long, default_value = "run")]
+        entry: String,
+        /// Seconds one call may run before it is stopped.
+        #[arg(long, default_value_t = 60.0)]
+        deadline: f64,
+        /// The largest linear memory the guest may have, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        memory_mib: usize,
+        /// Numeric arguments for the entry.
+        #[arg(allow_negative_numbers = true)]
+        args: Vec<String>,
+    },
+    /// Builds a guest crate to .wasm with whichever wasm32 toolchain this machine has.
+    Build {
+        /// The crate's folder.
+        crate_dir: PathBuf,
+        /// Where to put the module (default: <crate-dir>/<name>.wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Rebuilds the experiments' prebuilt modules and their manifest of source hashes, or
+    /// with --check fails when a prebuilt module is stale.
+    Prebuilt {
+        /// The experiments folder.
+        #[arg(long, default_value = "notebooks/experiments")]
+        dir: PathBuf,
+        /// The guest SDK folder (its sources are part of each experiment's hash).
+        #[arg(long, default_value = "guest-sdk")]
+        sdk: PathBuf,
+        /// Check instead of update.
+        #[arg(long)]
+        check: bool,
     },
     /// Lists the op registry, or shows one op.
     Ops {
@@ -54,6 +96,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { trace, tokens } => demo::run(tokens, trace.as_deref()),
+        Command::Run {
+            module,
+            entry,
+            deadline,
+            memory_mib,
+            args,
+        } => {
+            let limits = Limits {
+                deadline: Duration::from_secs_f64(deadline),
+                memory_bytes: memory_mib << 20,
+                ..Limits::default()
+            };
+            run::run(&module, &entry, &args, limits)
+        }
+        Command::Build { crate_dir, output } => build(&crate_dir, output.as_deref()).map(|_| ()),
+        Command::Prebuilt { dir, sdk, check } => prebuilt(&dir, &sdk, check),
         Command::Ops { name, json } => ops(name.as_deref(), json),
         Command::Devices { instance, lnc } => devices(instance.as_deref(), lnc),
     };
@@ -106,5 +164,50 @@ fn devices(instance: Option<&str>, lnc: Option<u32>) -> Result<(), String> {
     }
     .map_err(|e| e.to_string())?;
     println!("{}", topology.report());
+    Ok(())
+}
+
+/// Builds a guest crate and copies its module to `output` (default `<crate>/<name>.wasm`).
+fn build(crate_dir: &Path, output: Option<&Path>) -> Result<PathBuf, String> {
+    let toolchain = Toolchain::detect()?;
+    let name = toolchain::package_name(crate_dir)?;
+    eprintln!("building {name} with {}", toolchain.describe());
+    let wasm = toolchain.build(crate_dir, &cache_root().join("guest-target"))?;
+    let dest = output.map_or_else(
+        || toolchain::prebuilt_path(&name, crate_dir),
+        Path::to_path_buf,
+    );
+    std::fs::copy(&wasm, &dest).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    let size = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+    eprintln!("wrote {} ({} KiB)", dest.display(), size / 1024);
+    Ok(dest)
+}
+
+fn prebuilt(dir: &Path, sdk: &Path, check: bool) -> Result<(), String> {
+    if check {
+        let problems = toolchain::stale_prebuilt(dir, sdk)?;
+        if !problems.is_empty() {
+            return Err(format!(
+                "stale prebuilt modules:\n  {}\nrebuild them with `neuronlab prebuilt` and commit the result",
+                problems.join("\n  ")
+            ));
+        }
+        eprintln!("prebuilt modules match their sources");
+        return Ok(());
+    }
+    let mut manifest = toolchain::Manifest::default();
+    for (name, crate_dir) in toolchain::experiments(dir)? {
+        let dest = build(&crate_dir, None)?;
+        let bytes = std::fs::read(&dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+        manifest.experiments.insert(
+            name,
+            toolchain::ManifestEntry {
+                sources: toolchain::source_hash(&crate_dir, sdk)?,
+                wasm: blake3::hash(&bytes).to_hex().to_string(),
+            },
+        );
+    }
+    toolchain::write_manifest(dir, &manifest)?;
+    eprintln!("updated {}", dir.join(toolchain::MANIFEST).display());
     Ok(())
 }

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// Most distinct frames a printed backtrace shows.
+const MAX_FRAMES: usize = 24;
+
 /// What stopped a guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuestErrorKind {
@@ -71,11 +74,26 @@ impl GuestError {
 impl fmt::Display for GuestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.kind.name(), self.message)?;
-        if !self.backtrace.is_empty() {
-            write!(f, "\nwasm backtrace:")?;
-            for (i, frame) in self.backtrace.iter().enumerate() {
-                write!(f, "\n  {i:>2}: {frame}")?;
+        if self.backtrace.is_empty() {
+            return Ok(());
+        }
+        write!(f, "\nwasm backtrace:")?;
+        // Runs of one frame (deep recursion) print once with a count; long stacks are cut.
+        let mut runs: Vec<(&str, usize)> = Vec::new();
+        for frame in &self.backtrace {
+            match runs.last_mut() {
+                Some((name, n)) if *name == frame.as_str() => *n += 1,
+                _ => runs.push((frame, 1)),
             }
+        }
+        for (i, (frame, n)) in runs.iter().take(MAX_FRAMES).enumerate() {
+            write!(f, "\n  {i:>2}: {frame}")?;
+            if *n > 1 {
+                write!(f, " (x{n})")?;
+            }
+        }
+        if runs.len() > MAX_FRAMES {
+            write!(f, "\n  ... {} more frames", runs.len() - MAX_FRAMES)?;
         }
         Ok(())
     }
