@@ -1,6 +1,7 @@
 //! `neuronlab`: the command-line front end. Each subcommand is a thin layer over
 //! `neuronlab-runtime`; the logic lives there.
 
+mod bench;
 mod demo;
 mod run;
 
@@ -72,6 +73,12 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Prints measured figures: guest call overhead, module load times (use a release build).
+    Bench {
+        /// Only cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
     /// Lists the op registry, or shows one op.
     Ops {
         /// An op name.
@@ -112,6 +119,7 @@ fn main() -> ExitCode {
         }
         Command::Build { crate_dir, output } => build(&crate_dir, output.as_deref()).map(|_| ()),
         Command::Prebuilt { dir, sdk, check } => prebuilt(&dir, &sdk, check),
+        Command::Bench { filter } => bench::run(filter.as_deref()),
         Command::Ops { name, json } => ops(name.as_deref(), json),
         Command::Devices { instance, lnc } => devices(instance.as_deref(), lnc),
     };

@@ -1,0 +1,139 @@
+//! `neuronlab bench`: measured figures, printed, never asserted (timings are noisy). Each case
+//! warms up, repeats, and reports the median.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use neuronlab_runtime::device::topology::CoreId;
+use neuronlab_runtime::ops::Attrs;
+use neuronlab_runtime::sandbox::{Limits, Sandbox};
+use neuronlab_runtime::Runtime;
+
+const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
+
+/// One result: a case name, its median, and the unit it is given in.
+struct Figure {
+    case: &'static str,
+    value: f64,
+    unit: &'static str,
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[samples.len() / 2]
+}
+
+/// Runs `f` `reps` times after one warm-up and returns the median seconds.
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn quiet_runtime() -> Result<Arc<Runtime>, String> {
+    Ok(Arc::new(Runtime::from_env().map_err(|e| e.to_string())?))
+}
+
+fn guest_tiny_op() -> Result<Figure, String> {
+    let sandbox = Sandbox::new(None).map_err(|e| e.to_string())?;
+    let module = sandbox
+        .load("tiny_op.wat", TINY_OP_WAT)
+        .map_err(|e| e.to_string())?;
+    let runtime = quiet_runtime()?;
+    let mut guest = sandbox
+        .instantiate(
+            &module,
+            runtime.clone(),
+            CoreId(0),
+            Limits::default(),
+            Box::new(|_| {}),
+        )
+        .map_err(|e| e.to_string())?;
+    const N: usize = 20_000;
+    let arg = [N.to_string()];
+    let secs = time(7, || {
+        guest.call("loop", &arg).expect("the benchmark guest runs");
+        runtime.bus().clear();
+    });
+    Ok(Figure {
+        case: "tiny op (add of 1-element f32) from a guest",
+        value: secs / N as f64 * 1e9,
+        unit: "ns/call",
+    })
+}
+
+fn host_tiny_op() -> Result<Figure, String> {
+    let runtime = quiet_runtime()?;
+    let one = runtime
+        .call1("ones", &[], &Attrs::new().with("shape", Vec::<i64>::new()))
+        .map_err(|e| e.to_string())?;
+    const N: usize = 20_000;
+    let attrs = Attrs::new();
+    let secs = time(7, || {
+        for _ in 0..N {
+            let out = runtime
+                .call("add", &[&one, &one], &attrs)
+                .expect("add runs");
+            drop(out);
+        }
+        runtime.bus().clear();
+    });
+    Ok(Figure {
+        case: "tiny op (add of 1-element f32) from the host API",
+        value: secs / N as f64 * 1e9,
+        unit: "ns/call",
+    })
+}
+
+fn module_loads() -> Result<Vec<Figure>, String> {
+    let wasm = std::fs::read("notebooks/experiments/hello-tensors/hello-tensors.wasm")
+        .or_else(|_| wat::parse_bytes(TINY_OP_WAT).map(|b| b.into_owned()))
+        .map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("neuronlab-bench-cache-{}", std::process::id()));
+    let compile = time(5, || {
+        let _ = std::fs::remove_dir_all(&dir);
+        let sandbox = Sandbox::new(Some(dir.clone())).expect("sandbox");
+        sandbox.load("bench", &wasm).expect("module loads");
+    });
+    let sandbox = Sandbox::new(Some(dir.clone())).map_err(|e| e.to_string())?;
+    sandbox.load("bench", &wasm).map_err(|e| e.to_string())?;
+    let cached = time(5, || {
+        sandbox.load("bench", &wasm).expect("module loads");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![
+        Figure {
+            case: "load a module: compile with Cranelift (and store)",
+            value: compile * 1e3,
+            unit: "ms",
+        },
+        Figure {
+            case: "load a module: from the on-disk cache",
+            value: cached * 1e3,
+            unit: "ms",
+        },
+    ])
+}
+
+/// Runs the suite (cases whose name contains `filter`) and prints a table.
+pub fn run(filter: Option<&str>) -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build; run `cargo run --release -p neuronlab-repl -- bench` for real figures");
+    }
+    let mut figures = vec![guest_tiny_op()?, host_tiny_op()?];
+    figures.extend(module_loads()?);
+    for f in figures
+        .iter()
+        .filter(|f| filter.is_none_or(|p| f.case.contains(p)))
+    {
+        println!("{:<56} {:>10.1} {}", f.case, f.value, f.unit);
+    }
+    Ok(())
+}
