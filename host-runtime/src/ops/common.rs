@@ -38,31 +38,9 @@ pub fn broadcast_strides(layout: &Layout, out_shape: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// `v` as f32 rounded to odd: truncated toward zero, with the last bit set when inexact. A
-/// second rounding to nearest into a type with at least two fewer significand bits (bf16, f16)
-/// then gives the correctly rounded result.
-fn f32_round_to_odd(v: f64) -> f32 {
-    let r = v as f32;
-    if v.is_nan() || r as f64 == v {
-        return r;
-    }
-    let bits = if (r as f64).abs() > v.abs() {
-        r.to_bits() - 1
-    } else {
-        r.to_bits()
-    };
-    f32::from_bits(bits | 1)
-}
-
-/// `t`'s elements converted to `to` as PyTorch casts them, in row-major order. Values go into
-/// bf16 and f16 rounded once to nearest even: `half`'s `from_f64` rounds twice (through f32, or
-/// ignoring the low 32 significand bits), which is one ulp off when the first rounding makes a tie.
+/// `t`'s elements converted to `to` as PyTorch casts them, in row-major order.
 pub fn cast_buffer(t: &Tensor, to: DType) -> Buffer {
-    with_dtype!(t.dtype(), S => match to {
-        DType::Bf16 => Buffer::Bf16(map1(t, |v: S| bf16::from_f32(f32_round_to_odd(v.to_f64())))),
-        DType::F16 => Buffer::F16(map1(t, |v: S| f16::from_f32(f32_round_to_odd(v.to_f64())))),
-        _ => with_dtype!(to, D => D::into_buffer(map1(t, |v: S| D::cast_from(v)))),
-    })
+    with_dtype!(to, D => D::into_buffer(t.to_vec::<D>()))
 }
 
 /// `t` as `dtype`: itself when it already is, else a dense converted temporary.

@@ -161,25 +161,26 @@ impl DType {
                 .reduce(DType::promote)
         };
         match (fold(false), fold(true)) {
-            (Some(dim), Some(zero)) => Some(if zero.category() > dim.category() {
-                // PyTorch keeps the higher category at its default width for floats.
-                if zero.is_float() {
-                    DType::DEFAULT_FLOAT.max_float_with(dim)
+            // A zero-dim operand of a higher category decides the result, at the width that
+            // holds every zero-dim operand of that category (i32[3] + f64[] is f64).
+            (Some(dim), Some(_)) => {
+                let top = operands
+                    .iter()
+                    .filter(|(_, z)| *z)
+                    .map(|(d, _)| d.category())
+                    .max()
+                    .expect("a zero-dim operand exists");
+                if top > dim.category() {
+                    operands
+                        .iter()
+                        .filter(|(d, z)| *z && d.category() == top)
+                        .map(|(d, _)| *d)
+                        .reduce(DType::promote)
                 } else {
-                    DType::promote(dim, zero)
+                    Some(dim)
                 }
-            } else {
-                dim
-            }),
+            }
             (a, b) => a.or(b),
-        }
-    }
-
-    fn max_float_with(self, other: DType) -> DType {
-        if other.is_float() {
-            DType::promote(self, other)
-        } else {
-            self
         }
     }
 }
@@ -246,7 +247,12 @@ mod tests {
     fn zero_dim_operands_only_win_by_category() {
         assert_eq!(DType::result_type(&[(F16, false), (F64, true)]), Some(F16));
         assert_eq!(DType::result_type(&[(I32, false), (I64, true)]), Some(I32));
-        assert_eq!(DType::result_type(&[(I32, false), (F64, true)]), Some(F32));
+        assert_eq!(DType::result_type(&[(I32, false), (F64, true)]), Some(F64));
+        assert_eq!(
+            DType::result_type(&[(U8, false), (Bf16, true), (F16, true)]),
+            Some(F32)
+        );
+        assert_eq!(DType::result_type(&[(U8, false), (I32, true)]), Some(U8));
         assert_eq!(DType::result_type(&[(I32, true), (F64, true)]), Some(F64));
         assert_eq!(DType::result_type(&[(Bool, false), (I64, true)]), Some(I64));
     }

@@ -164,8 +164,29 @@ macro_rules! element_float {
 
 element_float!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
 element_float!(f64, F64, |x: f64| x, |v: f64| v);
-element_float!(bf16, Bf16, bf16::to_f64, bf16::from_f64);
-element_float!(f16, F16, f16::to_f64, f16::from_f64);
+element_float!(bf16, Bf16, bf16::to_f64, |v| bf16::from_f32(
+    f32_round_to_odd(v)
+));
+element_float!(f16, F16, f16::to_f64, |v| f16::from_f32(f32_round_to_odd(
+    v
+)));
+
+/// `v` as f32 rounded to odd: truncated toward zero, with the last bit set when inexact. A
+/// second rounding to nearest into a type with at least two fewer significand bits (bf16,
+/// f16) then gives the correctly rounded result. (`half`'s own `from_f64` rounds twice, which
+/// is one ulp off when the first rounding makes a tie.)
+fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if v.is_nan() || r as f64 == v {
+        return r;
+    }
+    let bits = if (r as f64).abs() > v.abs() {
+        r.to_bits() - 1
+    } else {
+        r.to_bits()
+    };
+    f32::from_bits(bits | 1)
+}
 
 macro_rules! element_int {
     ($t:ty, $dt:ident) => {
@@ -281,6 +302,13 @@ mod tests {
         assert_eq!(f32::cast_from(true), 1.0);
         // bf16 keeps 8 significant bits: 1 + 2^-9 rounds to 1.
         assert_eq!(bf16::cast_from(1.0 + 1.0 / 512.0f32).to_f64(), 1.0);
+        // A value just above a bf16 tie rounds up; rounding through f32 first would make it
+        // an exact tie and round it down to even.
+        let above_tie = 1.0 + 1.0 / 256.0 + 1e-12;
+        assert_eq!(
+            <bf16 as Element>::from_f64(above_tie).to_f64(),
+            1.0 + 1.0 / 128.0
+        );
     }
 
     #[test]
