@@ -6,6 +6,7 @@
 //! - [`events`]: the typed event stream, its bus, summaries and Chrome trace export.
 //! - [`runtime`]: the eager runtime that ties them together: dispatch, timing, events.
 
+pub mod cancel;
 pub mod device;
 pub mod error;
 pub mod events;

@@ -1,9 +1,11 @@
 //! The eager runtime: dispatches registry ops on simulated cores, accounts memory, measures host
 //! time, models device time, and publishes one `Op` event per call.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cancel::Cancelled;
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
 use crate::device::memory::{DeviceMemory, MemoryError};
@@ -223,7 +225,8 @@ impl Runtime {
                             .memory
                             .reserve(core, bytes)
                             .map_err(|e| mem_error(def, &metas, e))?;
-                        let storage = Arc::new(Storage::new(input.to_buffer(), Some(allocation)));
+                        let buffer = guarded(def, || input.to_buffer())?;
+                        let storage = Arc::new(Storage::new(buffer, Some(allocation)));
                         vec![Tensor::from_storage(
                             storage,
                             Layout::contiguous(&shape),
@@ -245,12 +248,12 @@ impl Runtime {
                             .map_err(|e| mem_error(def, &metas, e))?,
                     );
                 }
-                let buffers = kernel(&KernelArgs {
+                let args = KernelArgs {
                     inputs,
                     attrs: &resolved,
                     outputs: &out_metas,
-                })
-                .map_err(op_err)?;
+                };
+                let buffers = guarded(def, || kernel(&args))?.map_err(op_err)?;
                 buffers
                     .into_iter()
                     .zip(allocations)
@@ -282,6 +285,26 @@ impl Runtime {
         );
         Ok(outputs)
     }
+}
+
+/// Runs a kernel, turning a cancellation (see [`crate::cancel`]) into [`Error::Cancelled`] and
+/// a panic (a bug: kernels validate through inference first) into an error, so the caller's
+/// session survives either.
+fn guarded<R>(def: &OpDef, kernel: impl FnOnce() -> R) -> Result<R> {
+    std::panic::catch_unwind(AssertUnwindSafe(kernel)).map_err(|payload| {
+        if payload.is::<Cancelled>() {
+            return Error::Cancelled(format!("{} was interrupted", def.name));
+        }
+        let what = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Error::Invalid(format!(
+            "internal error in {}: {what}; the session is intact, but please report this",
+            def.name
+        ))
+    })
 }
 
 fn sig(m: &TensorMeta) -> TensorSig {

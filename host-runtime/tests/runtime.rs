@@ -345,3 +345,44 @@ fn random_tensors_do_not_depend_on_thread_count() {
         .to_vec::<f32>();
     assert_eq!(small[..], many[..10]);
 }
+
+#[test]
+fn an_interrupt_cancels_a_long_kernel_and_the_runtime_goes_on() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let rt = rt();
+    let x = rt
+        .call1("zeros", &[], &Attrs::new().with("shape", vec![1i64 << 26]))
+        .unwrap();
+    let before = rt.memory().stats(CoreId(0)).unwrap().in_use;
+    let flag = Arc::new(AtomicBool::new(false));
+    let setter = {
+        let flag = flag.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            flag.store(true, Ordering::SeqCst);
+        })
+    };
+    let r = neuronlab_runtime::cancel::with_token(flag, || rt.call1("exp", &[&x], &attrs()));
+    setter.join().unwrap();
+    match r {
+        Err(Error::Cancelled(msg)) => assert!(msg.contains("exp"), "{msg}"),
+        other => panic!(
+            "expected the kernel to be cancelled, got {:?}",
+            other.map(|t| t.meta())
+        ),
+    }
+    assert_eq!(
+        rt.memory().stats(CoreId(0)).unwrap().in_use,
+        before,
+        "the abandoned output is freed"
+    );
+    let y = rt.call1(
+        "exp",
+        &[&rt
+            .call1("zeros", &[], &Attrs::new().with("shape", vec![3i64]))
+            .unwrap()],
+        &attrs(),
+    );
+    assert_eq!(y.unwrap().to_vec::<f32>(), vec![1.0; 3]);
+}

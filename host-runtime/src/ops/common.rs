@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
-use rayon::prelude::*;
 
 use super::registry::{InputSpec, MetaArgs};
 use crate::device::cost::{Engine, OpCost};
-use crate::tensor::strided::{self, PARALLEL_THRESHOLD};
+use crate::tensor::strided;
 use crate::tensor::{
     normalize_dim, shape_str, Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta,
 };
@@ -19,9 +18,6 @@ use crate::with_dtype;
 pub static IN_X: &[InputSpec] = &[InputSpec::tensor("x")];
 /// The input list of binary ops.
 pub static IN_AB: &[InputSpec] = &[InputSpec::tensor("a"), InputSpec::tensor("b")];
-
-/// Elements per rayon task for flat loops.
-const MIN_TASK: usize = 1 << 14;
 
 /// Strides that read `layout` as if broadcast to `out_shape` (0 on broadcast dims).
 /// The shapes must already be known to broadcast.
@@ -74,10 +70,11 @@ pub fn dense(t: &Tensor) -> Tensor {
 /// Applies `f` to every element of `x`, in row-major order.
 pub fn map1<S: Element, U: Send>(x: &Tensor, f: impl Fn(S) -> U + Sync + Send) -> Vec<U> {
     if let Some(s) = x.contiguous_data::<S>() {
-        if s.len() >= PARALLEL_THRESHOLD {
-            return s.par_iter().with_min_len(MIN_TASK).map(|&v| f(v)).collect();
-        }
-        return s.iter().map(|&v| f(v)).collect();
+        return strided::fill(s.len(), |start, out| {
+            for (o, &v) in out.iter_mut().zip(&s[start..]) {
+                o.write(f(v));
+            }
+        });
     }
     let data = x.data::<S>();
     strided::map(x.shape(), [x.strides()], [x.layout().offset], |[o]| {
@@ -94,15 +91,11 @@ pub fn map2<A: Element, B: Element, U: Send>(
 ) -> Vec<U> {
     if a.shape() == out_shape && b.shape() == out_shape {
         if let (Some(x), Some(y)) = (a.contiguous_data::<A>(), b.contiguous_data::<B>()) {
-            if x.len() >= PARALLEL_THRESHOLD {
-                return x
-                    .par_iter()
-                    .zip(y.par_iter())
-                    .with_min_len(MIN_TASK)
-                    .map(|(&p, &q)| f(p, q))
-                    .collect();
-            }
-            return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+            return strided::fill(x.len(), |start, out| {
+                for ((o, &p), &q) in out.iter_mut().zip(&x[start..]).zip(&y[start..]) {
+                    o.write(f(p, q));
+                }
+            });
         }
     }
     let (da, db) = (a.data::<A>(), b.data::<B>());

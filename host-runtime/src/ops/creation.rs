@@ -4,8 +4,6 @@
 //! accelerators) keyed by the seed, with element `i` drawn from counter `i`. So a value depends
 //! only on the seed and its position: not on the thread count, nor on any other tensor.
 
-use rayon::prelude::*;
-
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::streaming_cost;
 use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
@@ -64,13 +62,11 @@ pub fn normal_at(seed: i64, i: usize) -> f64 {
 }
 
 fn generate<T: Element>(n: usize, f: impl Fn(usize) -> f64 + Sync + Send) -> Buffer {
-    T::into_buffer(
-        (0..n)
-            .into_par_iter()
-            .with_min_len(1 << 14)
-            .map(|i| T::from_f64(f(i)))
-            .collect(),
-    )
+    T::into_buffer(crate::tensor::strided::fill(n, |start, out| {
+        for (k, o) in out.iter_mut().enumerate() {
+            o.write(T::from_f64(f(start + k)));
+        }
+    }))
 }
 
 fn shape_attr(a: &MetaArgs) -> Result<Vec<usize>, String> {

@@ -3,6 +3,8 @@
 //! f32 and rounded once, as PyTorch does on CPU; integers accumulate exactly in i64.
 
 use gemm::{gemm, Parallelism};
+
+use crate::cancel::Token;
 use rayon::prelude::*;
 
 use super::common::{as_dtype, broadcast_strides, dense, io_bytes, IN_AB};
@@ -142,7 +144,9 @@ fn gemm_batched<T: Element + Default + 'static>(x: &Tensor, y: &Tensor, p: &Plan
     } else {
         Parallelism::Rayon(0)
     };
+    let token = Token::current();
     let run = |i: usize, dst: &mut [T]| {
+        token.check();
         let (oa, ob) = (a.offsets[i], b.offsets[i]);
         debug_assert!(dst.len() == size);
         // SAFETY: `dst` holds m*n elements written with row stride n; the operands' offsets and
@@ -190,10 +194,12 @@ fn int_batched<T: Element>(x: &Tensor, y: &Tensor, p: &Plan) -> Vec<T> {
     );
     let (da, db) = (x.data::<T>(), y.data::<T>());
     let size = p.m * p.n;
+    let token = Token::current();
     (0..a.offsets.len() * size)
         .into_par_iter()
         .with_min_len(256)
         .map(|idx| {
+            token.check();
             let (bi, r, c) = (idx / size.max(1), (idx % size.max(1)) / p.n, idx % p.n);
             let (oa, ob) = (a.offsets[bi] + r * a.rs, b.offsets[bi] + c * b.cs);
             let acc = (0..p.k).fold(0i64, |s, t| {

@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use crate::cancel::Token;
+
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::{
     as_dtype, dense, dim_of, expect_float, expect_index, streaming_cost, with_float, FloatElem,
@@ -27,10 +29,14 @@ fn rows<T: FloatElem>(x: &Tensor, n: usize, f: impl Fn(&[T], &mut [T]) + Sync) -
         return out;
     }
     let min_rows = ((1 << 14) / n).max(1);
+    let token = Token::current();
     out.par_chunks_mut(n)
         .zip(data.par_chunks(n))
         .with_min_len(min_rows)
-        .for_each(|(o, i)| f(i, o));
+        .for_each(|(o, i)| {
+            token.check();
+            f(i, o)
+        });
     out
 }
 

@@ -348,7 +348,9 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let state = caller.data();
-    let outputs = state.runtime.call_on(def, &refs, &attrs, state.core)?;
+    let outputs = crate::cancel::with_token(state.interrupt.clone(), || {
+        state.runtime.call_on(def, &refs, &attrs, state.core)
+    })?;
     let mut handles = Vec::with_capacity(outputs.len());
     for t in outputs {
         handles.push(insert(caller, t)? as u32);

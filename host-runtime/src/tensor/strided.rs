@@ -8,6 +8,8 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use crate::cancel::Token;
+
 /// Below this many elements a loop runs on the calling thread (rayon's overhead would dominate).
 pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 /// Elements per parallel task: big enough to amortize scheduling, small enough to balance.
@@ -117,6 +119,34 @@ pub fn for_each<const N: usize>(
     visit_range(&shape, &strides, offsets, 0, numel, |_, o| f(o));
 }
 
+/// Builds a vector of `n` values, `f(start, chunk)` writing every slot of `chunk` (the
+/// positions `start..start + chunk.len()`). Chunks run in parallel for large `n`, and each
+/// checks the calling thread's cancel token first (see [`crate::cancel`]).
+pub fn fill<U: Send>(n: usize, f: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+    let token = Token::current();
+    let mut out: Vec<U> = Vec::with_capacity(n);
+    let run = |chunk_index: usize, chunk: &mut [MaybeUninit<U>]| {
+        token.check();
+        f(chunk_index * CHUNK, chunk);
+    };
+    let spare = &mut out.spare_capacity_mut()[..n];
+    if n < PARALLEL_THRESHOLD {
+        for (ci, chunk) in spare.chunks_mut(CHUNK).enumerate() {
+            run(ci, chunk);
+        }
+    } else {
+        spare
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(ci, chunk)| run(ci, chunk));
+    }
+    // SAFETY: `f` writes every slot of every chunk (its contract), so all `n` slots are
+    // initialized; a cancelled or panicking chunk unwinds past this line, and the vector is
+    // then dropped with length 0.
+    unsafe { out.set_len(n) };
+    out
+}
+
 /// Builds a row-major vector with one value per element of `shape`, `f` receiving the storage
 /// offsets of the N operands. Runs in parallel chunks for large shapes; the result does not
 /// depend on the number of threads.
@@ -128,9 +158,7 @@ pub fn map<const N: usize, U: Send>(
 ) -> Vec<U> {
     let numel: usize = shape.iter().product();
     let (shape, strides) = coalesce(shape, strides);
-    let mut out: Vec<U> = Vec::with_capacity(numel);
-    let fill = |chunk_index: usize, chunk: &mut [MaybeUninit<U>]| {
-        let start = chunk_index * CHUNK;
+    fill(numel, |start, chunk| {
         visit_range(
             &shape,
             &strides,
@@ -141,22 +169,7 @@ pub fn map<const N: usize, U: Send>(
                 chunk[i].write(f(o));
             },
         );
-    };
-    let spare = &mut out.spare_capacity_mut()[..numel];
-    if numel < PARALLEL_THRESHOLD {
-        for (ci, chunk) in spare.chunks_mut(CHUNK).enumerate() {
-            fill(ci, chunk);
-        }
-    } else {
-        spare
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .for_each(|(ci, chunk)| fill(ci, chunk));
-    }
-    // SAFETY: `visit_range` visits every position of every chunk exactly once, so all `numel`
-    // slots were written above.
-    unsafe { out.set_len(numel) };
-    out
+    })
 }
 
 #[cfg(test)]
