@@ -1,0 +1,90 @@
+"""End-to-end: the experiments, built with the real wasm32 toolchain, run through `neuronlab run`,
+with their printed results checked against numpy.
+
+scripts/test rebuilds every experiment into NEURONLAB_EXPERIMENTS (one `<name>.wasm` each) and
+the C example into the same folder; without that variable the committed prebuilt modules are
+used. NEURONLAB_BIN names the `neuronlab` binary (default: target/debug/neuronlab).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("NEURONLAB_BIN", REPO / "target" / "debug" / "neuronlab"))
+BUILT = os.environ.get("NEURONLAB_EXPERIMENTS")
+
+
+def module(name: str) -> Path:
+    if BUILT:
+        path = Path(BUILT) / f"{name}.wasm"
+    else:
+        path = REPO / "notebooks" / "experiments" / name / f"{name}.wasm"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run scripts/test, or `neuronlab build` the experiment")
+    return path
+
+
+def run(path: Path, *args: str) -> subprocess.CompletedProcess:
+    if not BIN.is_file():
+        pytest.fail(f"{BIN} is missing: run `cargo build -p neuronlab-repl` first")
+    return subprocess.run([str(BIN), "run", str(path), *args], capture_output=True, text=True, timeout=300)
+
+
+def values(stdout: str, label: str) -> np.ndarray:
+    """The list printed after `label = ` on its own line."""
+    for line in stdout.splitlines():
+        if line.startswith(label + " = "):
+            return np.array(ast.literal_eval(line[len(label) + 3 :]), dtype=np.float64)
+    raise AssertionError(f"no line starts with {label!r} in:\n{stdout}")
+
+
+def test_generation_cache_padded_steps_match_and_keep_one_shape():
+    out = run(module("generation-cache"))
+    assert out.returncode == 0, out.stderr
+    growing = re.findall(r"growing step\s+(\d+): input \[(\d+), 64\]", out.stdout)
+    padded = re.findall(r"padded  step\s+(\d+): input \[(\d+), 64\]", out.stdout)
+    assert [int(t) for t, _ in growing] == list(range(4, 16))
+    # The growing input has t rows at step t; the padded one always has the 128-row cache.
+    assert all(int(rows) == int(t) for t, rows in growing)
+    assert all(int(rows) == 128 for _, rows in padded) and len(padded) == 12
+    assert "distinct step shapes: growing 12, padded 1" in out.stdout
+    diff = float(re.search(r"max \|growing - padded\| over 12 steps = (\S+)", out.stdout).group(1))
+    assert diff < 1e-5
+    # The event summary follows the run.
+    assert re.search(r"\d+ ops on neuron:0 · host .* · modeled", out.stderr), out.stderr
+
+
+def test_a_trapping_guest_exits_non_zero_with_the_error(tmp_path):
+    wat = tmp_path / "trap.wat"
+    wat.write_text(
+        '(module (memory (export "memory") 1)'
+        ' (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10000))'
+        ' (func $inner (unreachable)) (func (export "run") (call $inner)))'
+    )
+    out = run(wat)
+    assert out.returncode != 0
+    assert "GuestTrap" in out.stderr and "wasm backtrace" in out.stderr and "inner" in out.stderr
+
+
+def test_numeric_arguments_reach_the_entry(tmp_path):
+    wat = tmp_path / "args.wat"
+    wat.write_text(
+        '(module (memory (export "memory") 1)'
+        ' (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10000))'
+        ' (func (export "scale") (param i32 f64) (result f64)'
+        "   (f64.mul (f64.convert_i32_s (local.get 0)) (local.get 1))))"
+    )
+    out = run(wat, "--entry", "scale", "-3", "2.5")
+    assert out.returncode == 0, out.stderr
+    assert "scale returned -7.5" in out.stdout
+    bad = run(wat, "--entry", "scale", "x", "2.5")
+    assert bad.returncode != 0 and "'x' is not a valid i32" in bad.stderr
