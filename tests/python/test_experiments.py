@@ -47,6 +47,56 @@ def values(stdout: str, label: str) -> np.ndarray:
     raise AssertionError(f"no line starts with {label!r} in:\n{stdout}")
 
 
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), back as float64."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def tensor_after(stdout: str, label: str) -> np.ndarray:
+    """The numbers of the tensor printed on the lines after `label`, up to its closing `)`."""
+    text = stdout.split(label, 1)[1]
+    body = text[text.index("tensor(") : text.index("dtype=")]
+    return np.array([float(v) for v in re.findall(r"-?\d+\.?\d*(?:e[+-]\d+)?", body)])
+
+
+def test_hello_tensors_matches_numpy():
+    out = run(module("hello-tensors"))
+    assert out.returncode == 0, out.stderr
+    a = np.arange(6, dtype=np.float32).reshape(2, 3).astype(np.float64)
+    b = np.arange(3, dtype=np.float64)
+    close = lambda label, want, rtol=1e-6: np.testing.assert_allclose(  # noqa: E731
+        values(out.stdout, label), np.ravel(want), rtol=rtol, atol=1e-6, err_msg=label
+    )
+    close("a + b", a + b)
+    close("a @ a.T", a @ a.T)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    close("softmax(a, -1)", e / e.sum(axis=1, keepdims=True))
+    mean, var = a.mean(axis=1, keepdims=True), a.var(axis=1, keepdims=True)
+    close("layer_norm(a)", (a - mean) / np.sqrt(var + 1e-5), rtol=1e-5)
+    close("a.sum(1)", a.sum(axis=1))
+    assert float(re.search(r"a\.sum\(\) = (\S+)", out.stdout).group(1)) == a.sum()
+    close("(a - b) * sqrt(a)", (a - b) * np.sqrt(a))
+    np.testing.assert_array_equal(values(out.stdout, "bf16(b / (b + 1))"), bf16_round((b / (b + 1)).astype(np.float32)))
+    caught = next(line for line in out.stdout.splitlines() if line.startswith("caught: "))
+    assert "ERR_OP: matmul(a: f32[2, 3], b: f32[1, 3]): inner dims differ" in caught
+    assert re.search(r"\d+ ops on neuron:0", out.stderr), out.stderr
+
+
+def test_c_example_matches_numpy():
+    out = run(module("hello-c"))
+    assert out.returncode == 0, out.stderr
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    b = np.arange(6, dtype=np.float64).reshape(3, 2)
+    logits = a @ b + np.array([10.0, 20.0])
+    np.testing.assert_array_equal(tensor_after(out.stdout, "a @ b ="), np.ravel(a @ b))
+    np.testing.assert_array_equal(tensor_after(out.stdout, "a @ b + bias ="), np.ravel(logits))
+    e = np.exp(logits - logits.max(axis=0))
+    np.testing.assert_allclose(tensor_after(out.stdout, "dim=0) ="), np.ravel(e / e.sum(axis=0)), rtol=1e-4, atol=1e-12)
+    assert "caught: ERR_OP: matmul(" in out.stdout
+
+
 def test_generation_cache_padded_steps_match_and_keep_one_shape():
     out = run(module("generation-cache"))
     assert out.returncode == 0, out.stderr

@@ -1,14 +1,15 @@
 //! The guest's handle table: `u32` handles, never 0, with generation tags so that a freed,
 //! stale, forged or foreign handle is an error and never someone else's tensor.
 //!
-//! Layout (see guest-sdk/ABI.md): bits 0..20 hold the slot (never 0), bits 20..32 a tag, the
-//! slot's generation plus a per-table salt.
+//! Layout (see guest-sdk/ABI.md): bits 0..20 hold the slot (never 0), bits 20..31 a tag, the
+//! slot's generation plus a per-table salt. Bit 31 stays 0 so a handle is a positive `i32`,
+//! never mistaken for an error status.
 
 use crate::tensor::Tensor;
 
 const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
-const TAG_MASK: u32 = (1 << (32 - SLOT_BITS)) - 1;
+const TAG_MASK: u32 = (1 << 11) - 1;
 
 /// The most live handles one table holds.
 pub const MAX_HANDLES: usize = SLOT_MASK as usize;
@@ -135,5 +136,32 @@ impl HandleTable {
     /// True when no handle is live.
     pub fn is_empty(&self) -> bool {
         self.live == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_positive_i32s_for_every_salt() {
+        for salt in [0, 0x7ff, 0x800, u32::MAX] {
+            let mut table = HandleTable::new(salt);
+            let shape = crate::tensor::Layout::contiguous(&[]);
+            let t = crate::tensor::Tensor::from_storage(
+                std::sync::Arc::new(crate::tensor::Storage::new(
+                    crate::tensor::Buffer::F32(vec![1.0]),
+                    None,
+                )),
+                shape,
+                crate::device::topology::CoreId(0),
+            );
+            for _ in 0..3000 {
+                let h = table.insert(t.clone()).unwrap();
+                assert!((h as i32) > 0, "handle {h:#x} with salt {salt:#x}");
+                table.remove(h).unwrap();
+                assert_eq!(table.get(h).err(), Some(HandleError::Stale(h)));
+            }
+        }
     }
 }

@@ -1,0 +1,254 @@
+/*
+ * neuronlab.h: the neuronlab guest ABI, version 1.0, for C guests.
+ *
+ * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
+ *
+ *   clang --target=wasm32 -O2 -ffreestanding -nostdlib -mbulk-memory \
+ *         -Wl,--no-entry -o guest.wasm guest.c
+ *
+ * It needs no libc: only <stdint.h> and <stddef.h>, which clang provides freestanding, and
+ * memory.copy (-mbulk-memory) for the attribute helpers' copies. A guest:
+ *
+ *   - exports its memory (wasm-ld does by default) and `neuronlab_abi_version`, which
+ *     NEURONLAB_DEFINE_ABI_VERSION() defines;
+ *   - exports its entry points, such as `run`, with NL_EXPORT("run");
+ *   - calls the nl_* imports below. Each returns a value >= 0 on success and a negative
+ *     NL_ERR_* code on failure; nl_last_error() then gives the message.
+ *
+ * Tensors live on the host; the guest holds handles (positive int32_t values) and frees each
+ * with nl_tensor_drop().
+ */
+#ifndef NEURONLAB_H
+#define NEURONLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version --------------------------------------------------------------------------- */
+
+/** The ABI version this header speaks: (major << 16) | minor. */
+#define NL_ABI_VERSION ((1 << 16) | 0)
+
+/** Exports a function from the module under `name`. */
+#define NL_EXPORT(name) __attribute__((export_name(name)))
+
+/** Defines the `neuronlab_abi_version` export the host checks before it runs the guest. */
+#define NEURONLAB_DEFINE_ABI_VERSION()                                                         \
+    NL_EXPORT("neuronlab_abi_version") int32_t neuronlab_abi_version(void) {                   \
+        return NL_ABI_VERSION;                                                                 \
+    }
+
+/* ---- Error codes (ABI.md, "Error codes") ----------------------------------------------- */
+
+#define NL_ERR_INVALID (-1)     /* a bad argument */
+#define NL_ERR_HANDLE (-2)      /* a handle that is 0, freed, stale or foreign */
+#define NL_ERR_BOUNDS (-3)      /* a (ptr, len) range outside guest memory */
+#define NL_ERR_OP (-4)          /* the op rejected its operands or attributes */
+#define NL_ERR_MEMORY (-5)      /* over the tensor quota, the core's HBM or the host cap */
+#define NL_ERR_UNKNOWN_OP (-6)  /* no op has this name or id */
+#define NL_ERR_CANCELLED (-7)   /* interrupted (Ctrl-C, a Jupyter interrupt, the deadline) */
+#define NL_ERR_TOO_SMALL (-8)   /* the output buffer is smaller than the data */
+#define NL_ERR_UNAVAILABLE (-9) /* known, but not available here */
+
+/** The name of an error code, such as "ERR_OP"; "ERR_OTHER" for an unknown code. */
+static inline const char *nl_error_name(int32_t code) {
+    switch (code) {
+    case NL_ERR_INVALID: return "ERR_INVALID";
+    case NL_ERR_HANDLE: return "ERR_HANDLE";
+    case NL_ERR_BOUNDS: return "ERR_BOUNDS";
+    case NL_ERR_OP: return "ERR_OP";
+    case NL_ERR_MEMORY: return "ERR_MEMORY";
+    case NL_ERR_UNKNOWN_OP: return "ERR_UNKNOWN_OP";
+    case NL_ERR_CANCELLED: return "ERR_CANCELLED";
+    case NL_ERR_TOO_SMALL: return "ERR_TOO_SMALL";
+    case NL_ERR_UNAVAILABLE: return "ERR_UNAVAILABLE";
+    default: return "ERR_OTHER";
+    }
+}
+
+/* ---- Dtype codes ----------------------------------------------------------------------- */
+
+#define NL_F32 0  /* float */
+#define NL_BF16 1 /* bfloat16, as its 16-bit pattern */
+#define NL_F16 2  /* IEEE half, as its 16-bit pattern */
+#define NL_F64 3  /* double */
+#define NL_I64 4  /* int64_t */
+#define NL_I32 5  /* int32_t */
+#define NL_U8 6   /* uint8_t */
+#define NL_BOOL 7 /* one byte per element, 0 or 1 */
+
+/* ---- Output streams for nl_print ------------------------------------------------------- */
+
+#define NL_STDOUT 1
+#define NL_STDERR 2
+
+/* ---- Imports --------------------------------------------------------------------------- */
+
+#define NL_IMPORT(name) __attribute__((import_module("neuronlab"), import_name(name)))
+
+/* sys */
+
+/** Copies up to `cap` bytes of the last error message to `ptr`; returns its full length. */
+NL_IMPORT("last_error") int32_t nl_last_error(char *ptr, int32_t cap);
+/** Writes UTF-8 text to the cell's stdout (NL_STDOUT) or stderr (NL_STDERR); returns 0. */
+NL_IMPORT("print") int32_t nl_print(int32_t stream, const char *ptr, int32_t len);
+/** Shows rich output of a MIME type (text/html, image/svg+xml, ...); returns 0. */
+NL_IMPORT("display")
+int32_t nl_display(const char *mime_ptr, int32_t mime_len, const void *data_ptr, int32_t data_len);
+/** Nanoseconds of host monotonic time since the instance started. */
+NL_IMPORT("clock_ns") int64_t nl_clock_ns(void);
+
+/* tensor */
+
+/** A new tensor from dense row-major data; `data_len` must be numel * dtype size. */
+NL_IMPORT("tensor_create")
+int32_t nl_tensor_create(int32_t dtype, const int64_t *shape, int32_t rank, const void *data,
+                         int32_t data_len);
+/** The dtype code. */
+NL_IMPORT("tensor_dtype") int32_t nl_tensor_dtype(int32_t h);
+/** The number of dims. */
+NL_IMPORT("tensor_rank") int32_t nl_tensor_rank(int32_t h);
+/** Writes up to `cap` dims at `out`; returns the rank. */
+NL_IMPORT("tensor_shape") int32_t nl_tensor_shape(int32_t h, int64_t *out, int32_t cap);
+/** The number of elements. */
+NL_IMPORT("tensor_numel") int64_t nl_tensor_numel(int32_t h);
+/** The size of the dense data in bytes. */
+NL_IMPORT("tensor_nbytes") int64_t nl_tensor_nbytes(int32_t h);
+/** Copies the dense row-major data; NL_ERR_TOO_SMALL when `len` < nbytes. */
+NL_IMPORT("tensor_read") int32_t nl_tensor_read(int32_t h, void *ptr, int32_t len);
+/** Copies up to `cap` bytes of the numpy-style text; returns its full length. */
+NL_IMPORT("tensor_format") int32_t nl_tensor_format(int32_t h, char *ptr, int32_t cap);
+/** Shows the tensor richly (an HTML table in notebooks, text in the REPL); returns 0. */
+NL_IMPORT("tensor_display") int32_t nl_tensor_display(int32_t h);
+/** The index of the core the tensor lives on (neuron:N). */
+NL_IMPORT("tensor_device") int32_t nl_tensor_device(int32_t h);
+/** A new handle to the same tensor (no copy). */
+NL_IMPORT("tensor_clone") int32_t nl_tensor_clone(int32_t h);
+/** Frees a handle; returns 0. */
+NL_IMPORT("tensor_drop") int32_t nl_tensor_drop(int32_t h);
+
+/* op */
+
+/** An op's id by name (stable for the host process). */
+NL_IMPORT("op_lookup") int32_t nl_op_lookup(const char *name, int32_t name_len);
+/**
+ * Runs op `id` on `n_inputs` handles with `attrs_len` bytes of encoded attributes, writes up
+ * to `max_outputs` output handles to `outputs` and returns how many it wrote.
+ */
+NL_IMPORT("op_call")
+int32_t nl_op_call(int32_t id, const int32_t *inputs, int32_t n_inputs, const void *attrs,
+                   int32_t attrs_len, int32_t *outputs, int32_t max_outputs);
+
+#undef NL_IMPORT
+
+/* ---- Strings --------------------------------------------------------------------------- */
+
+/** The length of a NUL-terminated string. */
+static inline int32_t nl_strlen(const char *s) {
+    int32_t n = 0;
+    while (s[n] != '\0') {
+        n++;
+    }
+    return n;
+}
+
+/** Writes a NUL-terminated string to a stream. */
+static inline int32_t nl_puts(int32_t stream, const char *s) {
+    return nl_print(stream, s, nl_strlen(s));
+}
+
+/** Looks an op up by its NUL-terminated name. */
+static inline int32_t nl_op(const char *name) { return nl_op_lookup(name, nl_strlen(name)); }
+
+/* ---- Attribute encoding (ABI.md, "Attribute encoding") ---------------------------------- */
+
+#define NL_ATTR_INT 1    /* payload: i64 */
+#define NL_ATTR_FLOAT 2  /* payload: f64 */
+#define NL_ATTR_INTS 3   /* payload: u32 count, then count i64s */
+#define NL_ATTR_STRING 4 /* payload: u32 length, then UTF-8 bytes */
+
+/**
+ * A buffer that attribute entries are appended to, back to back. Pass `buf` and `len` to
+ * nl_op_call. An append that does not fit (or a name longer than 255 bytes) leaves the
+ * buffer unchanged and returns NL_ERR_TOO_SMALL (NL_ERR_INVALID for the name); `failed` then
+ * stays set, so a guest can check once after building.
+ */
+typedef struct {
+    uint8_t *buf;
+    int32_t cap;
+    int32_t len;
+    int32_t failed;
+} nl_attrs;
+
+/** An empty attribute list over `cap` bytes at `buf`. */
+static inline nl_attrs nl_attrs_init(void *buf, int32_t cap) {
+    nl_attrs a = {(uint8_t *)buf, cap, 0, 0};
+    return a;
+}
+
+/* Appends one entry: `kind name_len name`, then `head` (the fixed part of the payload) and
+ * `payload_len` bytes of `payload` (the variable part, if any). Not part of the API. */
+static inline int32_t nl__attrs_entry(nl_attrs *a, uint8_t kind, const char *name,
+                                      const void *head, int32_t head_len, const void *payload,
+                                      int32_t payload_len) {
+    int32_t name_len = nl_strlen(name);
+    if (name_len > 255) {
+        a->failed = NL_ERR_INVALID;
+        return NL_ERR_INVALID;
+    }
+    int64_t need = 2 + (int64_t)name_len + head_len + payload_len;
+    if (need > (int64_t)a->cap - a->len) {
+        a->failed = NL_ERR_TOO_SMALL;
+        return NL_ERR_TOO_SMALL;
+    }
+    uint8_t *p = a->buf + a->len;
+    *p++ = kind;
+    *p++ = (uint8_t)name_len;
+    __builtin_memcpy(p, name, (size_t)name_len);
+    p += name_len;
+    __builtin_memcpy(p, head, (size_t)head_len);
+    p += head_len;
+    if (payload_len > 0) {
+        __builtin_memcpy(p, payload, (size_t)payload_len);
+    }
+    a->len += (int32_t)need;
+    return 0;
+}
+
+/* wasm32 is little-endian, as the encoding is: values are copied as they are in memory. */
+
+/** Appends an int attribute. The host also accepts an int where a float or list is expected. */
+static inline int32_t nl_attrs_int(nl_attrs *a, const char *name, int64_t value) {
+    return nl__attrs_entry(a, NL_ATTR_INT, name, &value, 8, NULL, 0);
+}
+
+/** Appends a float attribute. */
+static inline int32_t nl_attrs_float(nl_attrs *a, const char *name, double value) {
+    return nl__attrs_entry(a, NL_ATTR_FLOAT, name, &value, 8, NULL, 0);
+}
+
+/** Appends an int list attribute of `count` values. */
+static inline int32_t nl_attrs_ints(nl_attrs *a, const char *name, const int64_t *values,
+                                    uint32_t count) {
+    if (count > (uint32_t)(INT32_MAX / 8)) {
+        a->failed = NL_ERR_TOO_SMALL;
+        return NL_ERR_TOO_SMALL;
+    }
+    return nl__attrs_entry(a, NL_ATTR_INTS, name, &count, 4, values, (int32_t)(count * 8));
+}
+
+/** Appends a string attribute (NUL-terminated UTF-8); dtypes are passed by name ("bf16"). */
+static inline int32_t nl_attrs_str(nl_attrs *a, const char *name, const char *value) {
+    uint32_t len = (uint32_t)nl_strlen(value);
+    return nl__attrs_entry(a, NL_ATTR_STRING, name, &len, 4, value, (int32_t)len);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEURONLAB_H */

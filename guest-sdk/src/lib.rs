@@ -1,0 +1,78 @@
+//! `neuronlab`: the guest SDK for neuronlab experiments.
+//!
+//! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
+//! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
+//! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
+//! ABI (`guest-sdk/ABI.md`, version 1.0) in safe Rust:
+//!
+//! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
+//!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
+//! - Every op of the registry, generated from it ([`ops`]): methods such as
+//!   [`Tensor::matmul`] and [`Tensor::softmax`], free functions for creation ([`zeros`],
+//!   [`randn`]) and list ops ([`cat`]), and [`call`] for any op by name with [`Attrs`].
+//! - [`from_slice`] to make a tensor from guest data, and [`DType`] with the [`Element`]
+//!   types.
+//! - Output to the cell: [`println!`], [`print!`], [`eprintln!`], [`eprint!`],
+//!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`].
+//! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
+//!   panics in the cell.
+//!
+//! # Errors
+//!
+//! Named functions and methods return [`Result`]: an [`Error`] carries the ABI error code and
+//! the host's message (`ERR_OP: matmul(a: f32[2, 3], b: f32[2, 3]): ...`). The operators and
+//! `Clone` cannot return one, so they panic with the same message; the panic stops the guest
+//! and the host shows it.
+//!
+//! # Example
+//!
+//! ```ignore
+//! use neuronlab::prelude::*;
+//! use neuronlab::println;
+//!
+//! fn run() -> neuronlab::Result<()> {
+//!     let x = randn_with(&[2, 4], RandnOptions::new().seed(7))?;
+//!     let w = ones(&[4, 3])?;
+//!     let y = x.matmul(&w)?.softmax()?;
+//!     println!("{y}");
+//!     if let Err(e) = x.add(&w) {
+//!         println!("caught: {e}");
+//!     }
+//!     Ok(())
+//! }
+//!
+//! neuronlab::main!(run);
+//! ```
+//!
+//! Build it with `cargo build --release --target wasm32-unknown-unknown` as a `cdylib`; the
+//! module exports `memory`, `run` and `neuronlab_abi_version`, and imports only from
+//! `neuronlab`.
+
+#![warn(missing_docs)]
+
+mod attrs;
+mod dtype;
+mod entry;
+mod error;
+mod op;
+pub mod ops;
+mod output;
+pub mod prelude;
+mod sys;
+mod tensor;
+
+pub use attrs::Attrs;
+pub use dtype::{Bf16, DType, Element, F16};
+pub use entry::{entry, neuronlab_abi_version, ABI_VERSION};
+pub use error::{Error, ErrorKind, Result};
+pub use op::call;
+pub use ops::*;
+pub use output::{clock, display, display_html, display_svg};
+pub use tensor::{from_slice, Tensor};
+
+/// What the exported macros expand to. Not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::output::print;
+    pub use crate::sys::Stream;
+}

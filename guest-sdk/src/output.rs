@@ -1,0 +1,162 @@
+//! Cell output: the `print!` family of macros, rich display, and the host clock.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::sys::{self, Stream};
+
+/// Writes formatted text to the cell's stdout, like `std::print!`.
+///
+/// On `wasm32-unknown-unknown`, `std::print!` writes nowhere; this one writes through the
+/// `print` import, so the text shows in the cell. Each call sends its text in one piece.
+///
+/// Glob imports cannot replace std's macros (`use neuronlab::prelude::*` would make
+/// `println!` ambiguous), so import these by name: `use neuronlab::{print, println};`.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::print;
+///
+/// print!("loss = {:.4}", 0.25);
+/// ```
+#[macro_export]
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::__private::print(
+            $crate::__private::Stream::Stdout,
+            ::std::format_args!($($arg)*),
+        )
+    };
+}
+
+/// Writes formatted text and a newline to the cell's stdout, like `std::println!`.
+///
+/// See [`print!`](crate::print!) for why this exists and how to import it.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::println;
+///
+/// let x = neuronlab::randn(&[2, 3])?;
+/// println!("x =\n{x}");
+/// ```
+#[macro_export]
+macro_rules! println {
+    () => {
+        $crate::print!("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::__private::print(
+            $crate::__private::Stream::Stdout,
+            ::std::format_args!("{}\n", ::std::format_args!($($arg)*)),
+        )
+    };
+}
+
+/// Writes formatted text to the cell's stderr, like `std::eprint!`.
+///
+/// See [`print!`](crate::print!) for why this exists and how to import it.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::eprint;
+///
+/// eprint!("warning: ");
+/// ```
+#[macro_export]
+macro_rules! eprint {
+    ($($arg:tt)*) => {
+        $crate::__private::print(
+            $crate::__private::Stream::Stderr,
+            ::std::format_args!($($arg)*),
+        )
+    };
+}
+
+/// Writes formatted text and a newline to the cell's stderr, like `std::eprintln!`.
+///
+/// See [`print!`](crate::print!) for why this exists and how to import it.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::eprintln;
+///
+/// eprintln!("skipping step {}: loss is NaN", 3);
+/// ```
+#[macro_export]
+macro_rules! eprintln {
+    () => {
+        $crate::eprint!("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::__private::print(
+            $crate::__private::Stream::Stderr,
+            ::std::format_args!("{}\n", ::std::format_args!($($arg)*)),
+        )
+    };
+}
+
+/// What the print macros call. Output has no caller to report an error to; the host only
+/// rejects a `print` whose arguments this function never passes.
+pub fn print(stream: Stream, args: fmt::Arguments<'_>) {
+    let _ = match args.as_str() {
+        Some(text) => sys::print(stream, text),
+        None => sys::print(stream, &args.to_string()),
+    };
+}
+
+/// Shows rich output: `data` of MIME type `mime`, such as `text/html`, `image/svg+xml` or
+/// `image/png`. The front end shows it where it can: a notebook renders it, while the REPL
+/// shows only `text/plain`.
+///
+/// # Example
+///
+/// ```ignore
+/// neuronlab::display("text/markdown", b"**loss** fell to 0.12")?;
+/// ```
+pub fn display(mime: &str, data: &[u8]) -> Result<()> {
+    sys::display(mime, data)
+}
+
+/// Shows an HTML fragment (`text/html`).
+///
+/// # Example
+///
+/// ```ignore
+/// neuronlab::display_html("<b>step 3</b>: loss 0.12")?;
+/// ```
+pub fn display_html(html: &str) -> Result<()> {
+    display("text/html", html.as_bytes())
+}
+
+/// Shows an SVG image (`image/svg+xml`).
+///
+/// # Example
+///
+/// ```ignore
+/// neuronlab::display_svg(r#"<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>"#)?;
+/// ```
+pub fn display_svg(svg: &str) -> Result<()> {
+    display("image/svg+xml", svg.as_bytes())
+}
+
+/// Host monotonic time since the guest instance started.
+///
+/// `std::time::Instant` is not available on `wasm32-unknown-unknown`; this is the guest's
+/// clock. It measures host time, not modeled device time.
+///
+/// # Example
+///
+/// ```ignore
+/// let start = neuronlab::clock();
+/// let y = x.matmul(&x)?;
+/// neuronlab::println!("matmul took {:?} (host)", neuronlab::clock() - start);
+/// ```
+pub fn clock() -> Duration {
+    Duration::from_nanos(u64::try_from(sys::clock_ns()).unwrap_or(0))
+}

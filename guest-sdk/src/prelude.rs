@@ -1,0 +1,21 @@
+//! The names most experiments use: `use neuronlab::prelude::*;`.
+//!
+//! It holds [`Tensor`], [`DType`], the error types, [`Attrs`] and [`call`], [`from_slice`],
+//! the 16-bit float types, and every generated op function and options type (such as
+//! [`zeros`], [`cat`] and [`SumOptions`]).
+//!
+//! It does not hold the output macros: a glob import cannot shadow std's `println!`, so
+//! import them by name.
+//!
+//! # Example
+//!
+//! ```ignore
+//! use neuronlab::prelude::*;
+//! use neuronlab::{eprintln, println};
+//!
+//! let x = arange(10.0)?;
+//! println!("{x}");
+//! ```
+
+pub use crate::ops::*;
+pub use crate::{call, from_slice, Attrs, Bf16, DType, Error, ErrorKind, Result, Tensor, F16};

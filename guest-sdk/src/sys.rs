@@ -1,0 +1,271 @@
+//! The `neuronlab` imports of ABI.md (the sys, tensor and op groups) and thin safe wrappers
+//! over them. Every `unsafe` block of the crate is in this module.
+//!
+//! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
+//! [`Error`]s carrying the host's message, and follow the ABI's two-step protocol for
+//! variable-size results (ask the size, then pass a buffer that large).
+
+use crate::error::{Error, ErrorKind, Result};
+
+mod ffi {
+    // Pointers and `usize`-free integer types match the ABI's `i32` parameters on wasm32;
+    // handles are `u32` values passed as `i32`.
+    #[link(wasm_import_module = "neuronlab")]
+    extern "C" {
+        pub fn last_error(ptr: *mut u8, cap: i32) -> i32;
+        pub fn print(stream: i32, ptr: *const u8, len: i32) -> i32;
+        pub fn display(
+            mime_ptr: *const u8,
+            mime_len: i32,
+            data_ptr: *const u8,
+            data_len: i32,
+        ) -> i32;
+        pub fn clock_ns() -> i64;
+
+        pub fn tensor_create(
+            dtype: i32,
+            shape_ptr: *const i64,
+            rank: i32,
+            data_ptr: *const u8,
+            data_len: i32,
+        ) -> i32;
+        pub fn tensor_dtype(h: u32) -> i32;
+        pub fn tensor_rank(h: u32) -> i32;
+        pub fn tensor_shape(h: u32, out_ptr: *mut i64, cap: i32) -> i32;
+        pub fn tensor_numel(h: u32) -> i64;
+        pub fn tensor_nbytes(h: u32) -> i64;
+        pub fn tensor_read(h: u32, ptr: *mut u8, len: i32) -> i32;
+        pub fn tensor_format(h: u32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn tensor_display(h: u32) -> i32;
+        pub fn tensor_device(h: u32) -> i32;
+        pub fn tensor_clone(h: u32) -> i32;
+        pub fn tensor_drop(h: u32) -> i32;
+
+        pub fn op_lookup(name_ptr: *const u8, name_len: i32) -> i32;
+        pub fn op_call(
+            id: i32,
+            inputs_ptr: *const u32,
+            n_inputs: i32,
+            attrs_ptr: *const u8,
+            attrs_len: i32,
+            outputs_ptr: *mut u32,
+            max_outputs: i32,
+        ) -> i32;
+    }
+}
+
+/// The `stream` argument of `print`.
+#[derive(Clone, Copy, Debug)]
+pub enum Stream {
+    /// The cell's standard output.
+    Stdout = 1,
+    /// The cell's standard error.
+    Stderr = 2,
+}
+
+/// A status as a result: `>= 0` is success, a negative value an error code.
+fn check(status: i32) -> Result<i32> {
+    if status >= 0 {
+        Ok(status)
+    } else {
+        Err(Error::from_host(status))
+    }
+}
+
+fn check64(status: i64) -> Result<i64> {
+    // Error codes are small negative numbers, so they fit an i32.
+    if status >= 0 {
+        Ok(status)
+    } else {
+        Err(Error::from_host(i32::try_from(status).unwrap_or(i32::MIN)))
+    }
+}
+
+/// A slice length as the ABI's `i32`.
+fn abi_len(len: usize, what: &str) -> Result<i32> {
+    i32::try_from(len).map_err(|_| {
+        Error::new(
+            ErrorKind::Invalid,
+            format!("{what} has {len} elements, more than an ABI length (i32) can hold"),
+        )
+    })
+}
+
+/// Reads a variable-size byte result: asks its size with an empty buffer, then reads it.
+/// Returns the raw negative status on failure.
+fn read_bytes(mut read: impl FnMut(*mut u8, i32) -> i32) -> std::result::Result<Vec<u8>, i32> {
+    let mut buf = Vec::new();
+    loop {
+        // `buf.len()` fits an i32: it is a length the host returned as one.
+        let len = read(buf.as_mut_ptr(), buf.len() as i32);
+        if len < 0 {
+            return Err(len);
+        }
+        let len = len as usize;
+        if len <= buf.len() {
+            buf.truncate(len);
+            return Ok(buf);
+        }
+        buf.resize(len, 0);
+    }
+}
+
+/// The host's message for the most recent error.
+pub(crate) fn last_error() -> String {
+    // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    match read_bytes(|ptr, cap| unsafe { ffi::last_error(ptr, cap) }) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(status) => format!("(no message: last_error returned {status})"),
+    }
+}
+
+/// Writes text to the cell's stdout or stderr.
+pub(crate) fn print(stream: Stream, text: &str) -> Result<()> {
+    let len = abi_len(text.len(), "the text")?;
+    // SAFETY: the host reads `len` bytes at `ptr`, which `text` owns.
+    check(unsafe { ffi::print(stream as i32, text.as_ptr(), len) }).map(drop)
+}
+
+/// Shows rich output of a MIME type.
+pub(crate) fn display(mime: &str, data: &[u8]) -> Result<()> {
+    let mime_len = abi_len(mime.len(), "the MIME type")?;
+    let data_len = abi_len(data.len(), "the data")?;
+    // SAFETY: the host reads each range, which `mime` and `data` own.
+    check(unsafe { ffi::display(mime.as_ptr(), mime_len, data.as_ptr(), data_len) }).map(drop)
+}
+
+/// Nanoseconds of host monotonic time since the instance started.
+pub(crate) fn clock_ns() -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::clock_ns() }
+}
+
+/// A new tensor from dense row-major little-endian data; returns its handle.
+pub(crate) fn tensor_create(dtype: i32, shape: &[i64], data: &[u8]) -> Result<u32> {
+    let rank = abi_len(shape.len(), "the shape")?;
+    let data_len = abi_len(data.len(), "the data")?;
+    // SAFETY: the host reads `rank` i64s at the shape pointer and `data_len` bytes at the
+    // data pointer, which the slices own.
+    let h =
+        check(unsafe { ffi::tensor_create(dtype, shape.as_ptr(), rank, data.as_ptr(), data_len) })?;
+    Ok(h as u32)
+}
+
+/// The dtype code of a tensor.
+pub(crate) fn tensor_dtype(h: u32) -> Result<i32> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_dtype(h) })
+}
+
+/// The number of dims of a tensor.
+pub(crate) fn tensor_rank(h: u32) -> Result<usize> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_rank(h) }).map(|r| r as usize)
+}
+
+/// The shape of a tensor.
+pub(crate) fn tensor_shape(h: u32) -> Result<Vec<i64>> {
+    // Most tensors have few dims: one call usually suffices.
+    let mut dims = vec![0i64; 8];
+    loop {
+        let cap = abi_len(dims.len(), "the shape buffer")?;
+        // SAFETY: the host writes at most `cap` i64s at the pointer, which `dims` owns.
+        let rank = check(unsafe { ffi::tensor_shape(h, dims.as_mut_ptr(), cap) })? as usize;
+        if rank <= dims.len() {
+            dims.truncate(rank);
+            return Ok(dims);
+        }
+        dims.resize(rank, 0);
+    }
+}
+
+/// The number of elements of a tensor.
+pub(crate) fn tensor_numel(h: u32) -> Result<i64> {
+    // SAFETY: no memory is passed.
+    check64(unsafe { ffi::tensor_numel(h) })
+}
+
+/// The size of a tensor's dense data in bytes.
+pub(crate) fn tensor_nbytes(h: u32) -> Result<i64> {
+    // SAFETY: no memory is passed.
+    check64(unsafe { ffi::tensor_nbytes(h) })
+}
+
+/// A tensor's dense row-major little-endian data.
+pub(crate) fn tensor_read(h: u32) -> Result<Vec<u8>> {
+    let nbytes = tensor_nbytes(h)?;
+    let len = usize::try_from(nbytes)
+        .ok()
+        .filter(|&n| i32::try_from(n).is_ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("the tensor holds {nbytes} bytes, more than a wasm32 guest can read"),
+            )
+        })?;
+    let mut data = vec![0u8; len];
+    // SAFETY: the host writes at most `len` bytes at the pointer, which `data` owns.
+    let written = check(unsafe { ffi::tensor_read(h, data.as_mut_ptr(), len as i32) })?;
+    data.truncate(written as usize);
+    Ok(data)
+}
+
+/// A tensor's numpy-style text, in full.
+pub(crate) fn tensor_format(h: u32) -> Result<String> {
+    // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    read_bytes(|ptr, cap| unsafe { ffi::tensor_format(h, ptr, cap) })
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .map_err(Error::from_host)
+}
+
+/// Shows a tensor richly.
+pub(crate) fn tensor_display(h: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_display(h) }).map(drop)
+}
+
+/// The core a tensor lives on.
+pub(crate) fn tensor_device(h: u32) -> Result<u32> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_device(h) }).map(|d| d as u32)
+}
+
+/// A new handle to the same tensor.
+pub(crate) fn tensor_clone(h: u32) -> Result<u32> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_clone(h) }).map(|h| h as u32)
+}
+
+/// Frees a handle.
+pub(crate) fn tensor_drop(h: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_drop(h) }).map(drop)
+}
+
+/// An op's id by name.
+pub(crate) fn op_lookup(name: &str) -> Result<i32> {
+    let len = abi_len(name.len(), "the op name")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
+    check(unsafe { ffi::op_lookup(name.as_ptr(), len) })
+}
+
+/// Runs an op: writes the output handles to `outputs` and returns how many there are.
+pub(crate) fn op_call(id: i32, inputs: &[u32], attrs: &[u8], outputs: &mut [u32]) -> Result<usize> {
+    let n_inputs = abi_len(inputs.len(), "the inputs")?;
+    let attrs_len = abi_len(attrs.len(), "the attributes")?;
+    let max_outputs = abi_len(outputs.len(), "the outputs")?;
+    // SAFETY: the host reads `n_inputs` u32s and `attrs_len` bytes, and writes at most
+    // `max_outputs` u32s, all within the slices passed.
+    let n = check(unsafe {
+        ffi::op_call(
+            id,
+            inputs.as_ptr(),
+            n_inputs,
+            attrs.as_ptr(),
+            attrs_len,
+            outputs.as_mut_ptr(),
+            max_outputs,
+        )
+    })?;
+    Ok(n as usize)
+}
