@@ -7,6 +7,7 @@
 //! - [`runtime`]: the eager runtime that ties them together: dispatch, timing, events.
 
 pub mod cancel;
+pub mod compile;
 pub mod device;
 pub mod error;
 pub mod events;

@@ -325,3 +325,26 @@ fn compiled_modules_are_cached_on_disk() {
     assert_eq!(fourth.source, ModuleSource::DiskCache);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn an_interrupt_during_a_long_host_op_cancels_it() {
+    let s = Session::new(1 << 30);
+    let before = s.runtime.memory().stats(CoreId(0)).unwrap().in_use;
+    let mut g = s.guest("long_op.wat").unwrap();
+    let handle = g.interrupt_handle();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        handle.interrupt();
+    });
+    // The op in flight returns ERR_CANCELLED and the guest stops at its next epoch check, or
+    // the interrupt lands between ops; either way the guest is stopped.
+    let r = g.call("run", &[]);
+    stopper.join().unwrap();
+    match r {
+        Ok(v) => assert_eq!(v, vec![(ErrorCode::Cancelled as i32).to_string()]),
+        Err(e) => assert_eq!(e.kind, GuestErrorKind::Interrupted, "{e}"),
+    }
+    drop(g);
+    assert_eq!(s.runtime.memory().stats(CoreId(0)).unwrap().in_use, before);
+    s.assert_healthy();
+}
