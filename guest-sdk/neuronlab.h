@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.0, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.1, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 0)
+#define NL_ABI_VERSION ((1 << 16) | 1)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -142,6 +142,21 @@ NL_IMPORT("op_lookup") int32_t nl_op_lookup(const char *name, int32_t name_len);
 NL_IMPORT("op_call")
 int32_t nl_op_call(int32_t id, const int32_t *inputs, int32_t n_inputs, const void *attrs,
                    int32_t attrs_len, int32_t *outputs, int32_t max_outputs);
+
+/* compile (ABI 1.1): a guest that compiles functions also exports
+ * int32_t neuronlab_trampoline(int32_t fn_index, int32_t n_args); see ABI.md. */
+NL_IMPORT("compile_fn")
+int32_t nl_compile_fn(int32_t fn_index, const char *name, int32_t name_len, const void *attrs,
+                      int32_t attrs_len);
+NL_IMPORT("compile_call")
+int32_t nl_compile_call(int32_t f, const int32_t *inputs, int32_t n_inputs, int32_t *outputs,
+                        int32_t max_outputs);
+NL_IMPORT("compile_arg") int32_t nl_compile_arg(int32_t i);
+NL_IMPORT("compile_result") int32_t nl_compile_result(int32_t h);
+NL_IMPORT("compile_explain") int32_t nl_compile_explain(int32_t f, char *ptr, int32_t cap);
+NL_IMPORT("lazy_begin") int32_t nl_lazy_begin(void);
+NL_IMPORT("lazy_sync") int32_t nl_lazy_sync(void);
+NL_IMPORT("lazy_end") int32_t nl_lazy_end(void);
 
 #undef NL_IMPORT
 

@@ -18,4 +18,4 @@
 //! ```
 
 pub use crate::ops::*;
-pub use crate::{call, from_slice, Attrs, Bf16, DType, Error, ErrorKind, Result, Tensor, F16};
+pub use crate::{call, compile, compile_with, from_slice, lazy, sync, CompileOptions, Compiled, Attrs, Bf16, DType, Error, ErrorKind, Result, Tensor, F16};

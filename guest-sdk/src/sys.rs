@@ -1,4 +1,4 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor and op groups) and thin safe wrappers
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op and compile groups) and thin safe wrappers
 //! over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
@@ -51,6 +51,27 @@ mod ffi {
             outputs_ptr: *mut u32,
             max_outputs: i32,
         ) -> i32;
+
+        pub fn compile_fn(
+            fn_index: i32,
+            name_ptr: *const u8,
+            name_len: i32,
+            attrs_ptr: *const u8,
+            attrs_len: i32,
+        ) -> i32;
+        pub fn compile_call(
+            f: i32,
+            inputs_ptr: *const u32,
+            n_inputs: i32,
+            outputs_ptr: *mut u32,
+            max_outputs: i32,
+        ) -> i32;
+        pub fn compile_arg(i: i32) -> i32;
+        pub fn compile_result(h: u32) -> i32;
+        pub fn compile_explain(f: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn lazy_begin() -> i32;
+        pub fn lazy_sync() -> i32;
+        pub fn lazy_end() -> i32;
     }
 }
 
@@ -268,4 +289,65 @@ pub(crate) fn op_call(id: i32, inputs: &[u32], attrs: &[u8], outputs: &mut [u32]
         )
     })?;
     Ok(n as usize)
+}
+
+pub(crate) fn compile_fn(fn_index: i32, name: &str, attrs: &[u8]) -> Result<i32> {
+    // SAFETY: both slices are valid for their lengths during the call.
+    check(unsafe {
+        ffi::compile_fn(
+            fn_index,
+            name.as_ptr(),
+            name.len() as i32,
+            attrs.as_ptr(),
+            attrs.len() as i32,
+        )
+    })
+}
+
+pub(crate) fn compile_call(f: i32, inputs: &[u32], outputs: &mut [u32]) -> Result<usize> {
+    // SAFETY: `inputs` is readable and `outputs` writable for their lengths during the call.
+    check(unsafe {
+        ffi::compile_call(
+            f,
+            inputs.as_ptr(),
+            inputs.len() as i32,
+            outputs.as_mut_ptr(),
+            outputs.len() as i32,
+        )
+    })
+    .map(|n| n as usize)
+}
+
+pub(crate) fn compile_arg(i: i32) -> Result<u32> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::compile_arg(i) }).map(|h| h as u32)
+}
+
+pub(crate) fn compile_result(h: u32) -> Result<()> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::compile_result(h) }).map(|_| ())
+}
+
+pub(crate) fn compile_explain(f: i32) -> Result<String> {
+    // SAFETY: a null pointer with capacity 0 asks only for the length.
+    let len = check(unsafe { ffi::compile_explain(f, std::ptr::null_mut(), 0) })?;
+    let mut buf = vec![0u8; len as usize];
+    // SAFETY: `buf` is writable for `len` bytes.
+    check(unsafe { ffi::compile_explain(f, buf.as_mut_ptr(), len) })?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+pub(crate) fn lazy_begin() -> Result<()> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::lazy_begin() }).map(|_| ())
+}
+
+pub(crate) fn lazy_sync() -> Result<()> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::lazy_sync() }).map(|_| ())
+}
+
+pub(crate) fn lazy_end() -> Result<()> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::lazy_end() }).map(|_| ())
 }

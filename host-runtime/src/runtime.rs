@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cancel::Cancelled;
+use crate::compile::recorder::ProgramCache;
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
 use crate::device::memory::{DeviceMemory, MemoryError};
@@ -47,6 +48,7 @@ pub struct Runtime {
     cost: CostModel,
     bus: Arc<EventBus>,
     default_device: CoreId,
+    programs: ProgramCache,
 }
 
 impl Runtime {
@@ -60,6 +62,7 @@ impl Runtime {
             memory,
             bus,
             default_device: CoreId(0),
+            programs: ProgramCache::new(),
         }
     }
 
@@ -81,6 +84,11 @@ impl Runtime {
     /// The event bus every op publishes to.
     pub fn bus(&self) -> &Arc<EventBus> {
         &self.bus
+    }
+
+    /// The session's compiled graphs, by canonical hash.
+    pub fn programs(&self) -> &ProgramCache {
+        &self.programs
     }
 
     /// The cost model.
@@ -225,7 +233,7 @@ impl Runtime {
                             .memory
                             .reserve(core, bytes)
                             .map_err(|e| mem_error(def, &metas, e))?;
-                        let buffer = guarded(def, || input.to_buffer())?;
+                        let buffer = guarded(def.name, || input.to_buffer())?;
                         let storage = Arc::new(Storage::new(buffer, Some(allocation)));
                         vec![Tensor::from_storage(
                             storage,
@@ -253,7 +261,7 @@ impl Runtime {
                     attrs: &resolved,
                     outputs: &out_metas,
                 };
-                let buffers = guarded(def, || kernel(&args))?.map_err(op_err)?;
+                let buffers = guarded(def.name, || kernel(&args))?.map_err(op_err)?;
                 buffers
                     .into_iter()
                     .zip(allocations)
@@ -287,13 +295,13 @@ impl Runtime {
     }
 }
 
-/// Runs a kernel, turning a cancellation (see [`crate::cancel`]) into [`Error::Cancelled`] and
-/// a panic (a bug: kernels validate through inference first) into an error, so the caller's
-/// session survives either.
-fn guarded<R>(def: &OpDef, kernel: impl FnOnce() -> R) -> Result<R> {
+/// Runs the kernel of op or fused kernel `name`, turning a cancellation (see [`crate::cancel`])
+/// into [`Error::Cancelled`] and a panic (a bug: kernels validate through inference first)
+/// into an error, so the caller's session survives either.
+pub(crate) fn guarded<R>(name: &str, kernel: impl FnOnce() -> R) -> Result<R> {
     std::panic::catch_unwind(AssertUnwindSafe(kernel)).map_err(|payload| {
         if payload.is::<Cancelled>() {
-            return Error::Cancelled(format!("{} was interrupted", def.name));
+            return Error::Cancelled(format!("{name} was interrupted"));
         }
         let what = payload
             .downcast_ref::<String>()
@@ -301,8 +309,7 @@ fn guarded<R>(def: &OpDef, kernel: impl FnOnce() -> R) -> Result<R> {
             .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
         Error::Invalid(format!(
-            "internal error in {}: {what}; the session is intact, but please report this",
-            def.name
+            "internal error in {name}: {what}; the session is intact, but please report this"
         ))
     })
 }
@@ -340,7 +347,8 @@ fn operands(def: &OpDef, inputs: &[TensorMeta]) -> String {
         .join(", ")
 }
 
-fn op_error(def: &OpDef, inputs: &[TensorMeta], message: String) -> Error {
+/// An op's error: its name, its operands and what was wrong.
+pub(crate) fn op_error(def: &OpDef, inputs: &[TensorMeta], message: String) -> Error {
     Error::Op {
         op: def.name.to_string(),
         operands: operands(def, inputs),

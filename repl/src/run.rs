@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use neuronlab_runtime::device::topology::CoreId;
-use neuronlab_runtime::events::Summary;
+use neuronlab_runtime::events::{LogFilter, Summary};
 use neuronlab_runtime::sandbox::{GuestOutput, Limits, ModuleSource, Sandbox};
 use neuronlab_runtime::tensor::{format_tensor, FormatOptions};
 use neuronlab_runtime::Runtime;
@@ -35,6 +35,14 @@ pub fn run(path: &Path, entry: &str, args: &[String], limits: Limits) -> Result<
     let sandbox = Sandbox::shared().map_err(|e| e.to_string())?;
     let module = sandbox.load_file(path).map_err(|e| e.to_string())?;
     let runtime = Arc::new(Runtime::from_env().map_err(|e| e.to_string())?);
+    let logs = LogFilter::from_env()?;
+    if !logs.is_empty() {
+        runtime.bus().subscribe(Box::new(move |event| {
+            if let Some(line) = logs.line(event) {
+                eprintln!("{line}");
+            }
+        }));
+    }
     let mut guest = sandbox
         .instantiate(&module, runtime.clone(), CoreId(0), limits, Box::new(show))
         .map_err(|e| e.to_string())?;

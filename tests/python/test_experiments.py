@@ -33,10 +33,16 @@ def module(name: str) -> Path:
     return path
 
 
-def run(path: Path, *args: str) -> subprocess.CompletedProcess:
+def run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     if not BIN.is_file():
         pytest.fail(f"{BIN} is missing: run `cargo build -p neuronlab-repl` first")
-    return subprocess.run([str(BIN), "run", str(path), *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(BIN), "run", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def values(stdout: str, label: str) -> np.ndarray:
@@ -98,7 +104,7 @@ def test_c_example_matches_numpy():
 
 
 def test_generation_cache_padded_steps_match_and_keep_one_shape():
-    out = run(module("generation-cache"))
+    out = run(module("generation-cache"), env={"NEURONLAB_LOGS": "compiles,recompiles,cache"})
     assert out.returncode == 0, out.stderr
     growing = re.findall(r"growing step\s+(\d+): input \[(\d+), 64\]", out.stdout)
     padded = re.findall(r"padded  step\s+(\d+): input \[(\d+), 64\]", out.stdout)
@@ -109,8 +115,17 @@ def test_generation_cache_padded_steps_match_and_keep_one_shape():
     assert "distinct step shapes: growing 12, padded 1" in out.stdout
     diff = float(re.search(r"max \|growing - padded\| over 12 steps = (\S+)", out.stdout).group(1))
     assert diff < 1e-5
+    # The growing step recompiles every step, each time saying which guards failed, until its
+    # recompile limit; the padded step compiles once and then hits the cache.
+    recompiles = re.findall(r"\[recompiles\] recompile (\d+)/8 of 'decode_step \(growing\)': (.*?): \d+ ops", out.stderr)
+    assert [int(n) for n, _ in recompiles] == list(range(1, 9))
+    assert recompiles[0][1].startswith("input 0 'tokens' shape changed: expected [4, 64], got [5, 64]")
+    assert "'decode_step (growing)' reached its recompile limit (8); later calls run eagerly" in out.stderr
+    assert len(re.findall(r"\[compiles\] compile of 'decode_step \(padded\)': new function", out.stderr)) == 1
+    assert out.stderr.count("[cache] hit for 'decode_step (padded)'") == 11
     # The event summary follows the run.
     assert re.search(r"\d+ ops on neuron:0 · host .* · modeled", out.stderr), out.stderr
+    assert "compiles 10 (recompiles 8) · cache hits 11 · recompile limit reached 1" in out.stderr
 
 
 def test_a_trapping_guest_exits_non_zero_with_the_error(tmp_path):

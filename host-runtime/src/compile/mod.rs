@@ -2,7 +2,19 @@
 //! guards that decide when a graph compiles and when it is reused (DESIGN.md section 5).
 //!
 //! - [`graph`]: the IR and its structural hash.
+//! - [`recorder`]: recording ops into a pending graph and flushing it (lazy mode, graph
+//!   breaks, tracing), and the session's program cache by graph hash.
+//! - [`guards`]: call signatures, guards and readable recompile reasons.
+//! - [`function`]: compiled functions: their versions, recompile limit, breaks, `explain`.
+//! - [`passes`]: the optimization passes, from dead code to fusion and buffer reuse.
+//! - [`program`]: `optimize`, and the program it makes: kernels run on a core, `explain`.
 
+pub mod function;
+mod fused;
 pub mod graph;
+pub mod guards;
+pub mod passes;
+pub mod program;
+pub mod recorder;
 
 pub use graph::{Graph, Node, Producer, ValueId};

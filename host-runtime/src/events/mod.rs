@@ -7,6 +7,7 @@
 mod bus;
 mod event;
 pub mod fmt;
+mod logs;
 mod summary;
 mod table;
 mod trace;
@@ -16,6 +17,7 @@ pub use event::{
     CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, LimitAction, LogLevel,
     MemoryAction, MemoryEvent, OpEvent, TensorSig,
 };
+pub use logs::{LogFilter, TOPICS as LOG_TOPICS};
 pub use summary::{OpTotal, Summary, TOP_OPS};
 pub use table::op_table;
 pub use trace::{chrome_trace, save_chrome_trace};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use num_traits::Float;
 
-use super::registry::{InputSpec, MetaArgs};
+use super::registry::{InputSpec, MetaArgs, PointwiseArgs};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::strided;
 use crate::tensor::{
@@ -129,6 +129,74 @@ pub fn map3<A: Element, B: Element, C: Element, U: Send>(
     )
 }
 
+/// `b`'s elements converted to `to` as PyTorch casts them: the block form of [`cast_buffer`].
+pub fn cast_block(b: &Buffer, to: DType) -> Buffer {
+    if b.dtype() == to {
+        return b.clone();
+    }
+    with_dtype!(b.dtype(), S => {
+        let src = S::slice(b).expect("dispatched on the buffer's own dtype");
+        with_dtype!(to, D => D::into_buffer(src.iter().map(|&v| D::cast_from(v)).collect()))
+    })
+}
+
+/// Operand `i` of a block kernel as `T`. The fused executor converts operands to the dtypes
+/// the op's `Pointwise::operands` asked for, so a mismatch is a bug.
+pub fn operand<'a, T: Element>(args: &'a PointwiseArgs, i: usize) -> &'a [T] {
+    T::slice(args.inputs[i]).expect("fused kernels convert operands to the op's dtypes first")
+}
+
+/// Applies `f` to every element of the block operand 0.
+pub fn block1<S: Element, U: Element>(args: &PointwiseArgs, f: impl Fn(S) -> U) -> Buffer {
+    U::into_buffer(operand::<S>(args, 0).iter().map(|&v| f(v)).collect())
+}
+
+/// Applies `f` to pairs of elements of the block operands 0 and 1.
+pub fn block2<A: Element, B: Element, U: Element>(
+    args: &PointwiseArgs,
+    f: impl Fn(A, B) -> U,
+) -> Buffer {
+    let (a, b) = (operand::<A>(args, 0), operand::<B>(args, 1));
+    U::into_buffer(a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect())
+}
+
+/// Applies `f` to triples of elements of the block operands 0, 1 and 2.
+pub fn block3<A: Element, B: Element, C: Element, U: Element>(
+    args: &PointwiseArgs,
+    f: impl Fn(A, B, C) -> U,
+) -> Buffer {
+    let (a, b, c) = (
+        operand::<A>(args, 0),
+        operand::<B>(args, 1),
+        operand::<C>(args, 2),
+    );
+    U::into_buffer(
+        a.iter()
+            .zip(b)
+            .zip(c)
+            .map(|((&p, &q), &r)| f(p, q, r))
+            .collect(),
+    )
+}
+
+/// Applies a row function to each row of a dense block of whole rows: `n` input elements
+/// per row of `block`, `n_out` output elements per row of the result. The fused form of the
+/// row ops ([`super::registry::Rowwise`]) runs their eager row functions through it.
+pub fn rows_block<T: Element, U: Element>(
+    block: &Buffer,
+    n: usize,
+    n_out: usize,
+    f: impl Fn(&[T], &mut [U]),
+) -> Buffer {
+    let x = T::slice(block).expect("row blocks have the row op's input dtype");
+    let rows = x.len() / n.max(1);
+    let mut out = vec![U::from_f64(0.0); rows * n_out];
+    for (i, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n_out)) {
+        f(i, o);
+    }
+    U::into_buffer(out)
+}
+
 /// Float math that `num_traits::Float` lacks, for f32 and f64.
 pub trait MathExt: Float + Send + Sync {
     /// The error function.
@@ -204,6 +272,13 @@ impl FloatElem for f16 {
     fn down(c: f32) -> f16 {
         f16::from_f32(c)
     }
+}
+
+/// `f` on a float storage type: widened to the compute type, rounded back once. Eager kernels
+/// and block kernels both wrap their math with it, so they round identically.
+#[inline(always)]
+pub fn up_down<T: FloatElem>(f: impl Fn(T::C) -> T::C) -> impl Fn(T) -> T {
+    move |v| T::down(f(v.up()))
 }
 
 /// Runs `$body` with `$T` bound to the float storage type of `$dtype` (a float dtype).

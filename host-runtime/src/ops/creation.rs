@@ -211,6 +211,8 @@ pub fn defs() -> Vec<OpDef> {
         infer,
         exec: Exec::Compute(exec),
         cost,
+        pointwise: None,
+        rowwise: None,
     };
     vec![
         def(

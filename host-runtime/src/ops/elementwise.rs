@@ -2,18 +2,25 @@
 //! arithmetic, comparisons, logic, `where`, `clamp` and `cast`.
 //!
 //! Each op is a zero-sized type implementing one small trait; the generic kernels are
-//! monomorphized per op so the inner loops inline the math.
+//! monomorphized per op so the inner loops inline the math. Every op also exposes its
+//! per-element form ([`Pointwise`]) for fused kernels: the eager kernel and the block kernel
+//! call the same element function, so fused chains are bitwise equal to eager ones.
 
+use super::attrs::ResolvedAttrs;
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::{
-    as_dtype, cast_buffer, map1, map2, map3, streaming_cost, with_float, FloatElem, MathExt,
+    as_dtype, block1, block2, block3, cast_block, cast_buffer, map1, map2, map3, operand,
+    streaming_cost, up_down, with_float, FloatElem, MathExt,
 };
-use super::registry::{Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use super::registry::{
+    Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup, Pointwise, PointwiseArgs,
+};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{broadcast_shapes, Buffer, DType, Element, TensorMeta};
 use crate::with_dtype;
 
 type KResult = Result<Vec<Buffer>, String>;
+type KResult1 = Result<Buffer, String>;
 
 static X: &[InputSpec] = &[InputSpec::tensor("x")];
 static AB: &[InputSpec] = &[InputSpec::tensor("a"), InputSpec::tensor("b")];
@@ -36,13 +43,32 @@ fn infer_unary_float(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
 }
 
 fn float_map<T: FloatElem>(x: &crate::Tensor, f: impl Fn(T::C) -> T::C + Sync + Send) -> Buffer {
-    T::into_buffer(map1(x, |v: T| T::down(f(v.up()))))
+    T::into_buffer(map1(x, up_down::<T>(f)))
+}
+
+/// The block form of [`float_map`].
+fn float_block<T: FloatElem>(a: &PointwiseArgs, f: impl Fn(T::C) -> T::C) -> Buffer {
+    block1(a, up_down::<T>(f))
+}
+
+/// Operands of ops that convert their one input to the output dtype first.
+fn operands_as_output(_: &MetaArgs, out: &TensorMeta) -> Vec<DType> {
+    vec![out.dtype]
+}
+
+/// Operands of ops that take their inputs as they are.
+fn operands_as_given(a: &MetaArgs, _: &TensorMeta) -> Vec<DType> {
+    a.inputs.iter().map(|m| m.dtype).collect()
 }
 
 fn unary_float_kernel<O: UnaryFloat>(a: &KernelArgs) -> KResult {
     let out = a.outputs[0].dtype;
     let x = as_dtype(a.inputs[0], out);
     Ok(vec![with_float!(out, T => float_map::<T>(&x, O::apply))])
+}
+
+fn unary_float_block<O: UnaryFloat>(a: &PointwiseArgs) -> KResult1 {
+    Ok(with_float!(a.output, T => float_block::<T>(a, O::apply)))
 }
 
 fn unary_cost<O: UnaryFloat>(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -60,6 +86,11 @@ fn unary_float_def<O: UnaryFloat>() -> OpDef {
         infer: infer_unary_float,
         exec: Exec::Compute(unary_float_kernel::<O>),
         cost: unary_cost::<O>,
+        pointwise: Some(Pointwise {
+            operands: operands_as_output,
+            block: unary_float_block::<O>,
+        }),
+        rowwise: None,
     }
 }
 
@@ -123,6 +154,15 @@ fn gelu_kernel(a: &KernelArgs) -> KResult {
     })])
 }
 
+fn gelu_block(a: &PointwiseArgs) -> KResult1 {
+    let tanh = a.attrs.str("approximate") == "tanh";
+    Ok(with_float!(a.output, T => if tanh {
+        float_block::<T>(a, gelu_tanh)
+    } else {
+        float_block::<T>(a, gelu_erf)
+    }))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unary ops that keep the dtype (ints included).
 
@@ -142,6 +182,11 @@ fn infer_unary_numeric(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![x.clone()])
 }
 
+#[inline(always)]
+fn int_unary<O: UnaryNumeric, T: Element>(v: T) -> T {
+    T::from_i64(O::int(v.to_i64()))
+}
+
 fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
     let x = a.inputs[0];
     let out = x.dtype();
@@ -149,8 +194,15 @@ fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
         return Ok(vec![with_float!(out, T => float_map::<T>(x, O::float))]);
     }
     Ok(vec![
-        with_dtype!(out, T => T::into_buffer(map1(x, |v: T| T::from_i64(O::int(v.to_i64()))))),
+        with_dtype!(out, T => T::into_buffer(map1(x, int_unary::<O, T>))),
     ])
+}
+
+fn unary_numeric_block<O: UnaryNumeric>(a: &PointwiseArgs) -> KResult1 {
+    if a.output.is_float() {
+        return Ok(with_float!(a.output, T => float_block::<T>(a, O::float)));
+    }
+    Ok(with_dtype!(a.output, T => block1(a, int_unary::<O, T>)))
 }
 
 fn unary_numeric_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -185,6 +237,11 @@ macro_rules! unary_numeric_ops {
                 infer: infer_unary_numeric,
                 exec: Exec::Compute(unary_numeric_kernel::<$ty>),
                 cost: unary_numeric_cost,
+                pointwise: Some(Pointwise {
+                    operands: operands_as_given,
+                    block: unary_numeric_block::<$ty>,
+                }),
+                rowwise: None,
             }),*]
         }
     };
@@ -210,8 +267,8 @@ trait BinaryArith {
     const BOOL_OK: bool = true;
     fn float<F: MathExt>(a: F, b: F) -> F;
     fn int(a: i64, b: i64) -> i64;
-    /// A check on integer operands before the loop (pow rejects negative exponents).
-    fn check_int(_b: &crate::Tensor) -> Result<(), String> {
+    /// A check on the integer operand `b` before the loop (pow rejects negative exponents).
+    fn check_int(_b: impl Iterator<Item = i64>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -237,21 +294,51 @@ fn infer_arith<O: BinaryArith>(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> 
     Ok(vec![TensorMeta::new(shape, dtype)])
 }
 
+#[inline(always)]
+fn arith_float<O: BinaryArith, T: FloatElem>(p: T, q: T) -> T {
+    T::down(O::float(p.up(), q.up()))
+}
+
+#[inline(always)]
+fn arith_int<O: BinaryArith, T: Element>(p: T, q: T) -> T {
+    T::from_i64(O::int(p.to_i64(), q.to_i64()))
+}
+
 fn arith_kernel<O: BinaryArith>(a: &KernelArgs) -> KResult {
     let out = &a.outputs[0];
     let x = as_dtype(a.inputs[0], out.dtype);
     let y = as_dtype(a.inputs[1], out.dtype);
     if out.dtype.is_float() {
         return Ok(vec![
-            with_float!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape,
-            |p: T, q: T| T::down(O::float(p.up(), q.up()))))),
+            with_float!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape, arith_float::<O, T>))),
         ]);
     }
-    O::check_int(&y)?;
+    O::check_int(y.to_vec::<i64>().into_iter())?;
     Ok(vec![
-        with_dtype!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape,
-        |p: T, q: T| T::from_i64(O::int(p.to_i64(), q.to_i64()))))),
+        with_dtype!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape, arith_int::<O, T>))),
     ])
+}
+
+fn arith_block<O: BinaryArith>(a: &PointwiseArgs) -> KResult1 {
+    if a.output.is_float() {
+        return Ok(with_float!(a.output, T => block2(a, arith_float::<O, T>)));
+    }
+    with_dtype!(a.output, T => {
+        O::check_int(operand::<T>(a, 1).iter().map(|v| v.to_i64()))?;
+        Ok(block2(a, arith_int::<O, T>))
+    })
+}
+
+/// Arithmetic converts both operands to the output dtype.
+fn operands_arith(_: &MetaArgs, out: &TensorMeta) -> Vec<DType> {
+    vec![out.dtype; 2]
+}
+
+const fn arith_pointwise<O: BinaryArith>() -> Option<Pointwise> {
+    Some(Pointwise {
+        operands: operands_arith,
+        block: arith_block::<O>,
+    })
 }
 
 fn arith_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -288,6 +375,8 @@ macro_rules! arith_ops {
                 infer: infer_arith::<$ty>,
                 exec: Exec::Compute(arith_kernel::<$ty>),
                 cost: arith_cost,
+                pointwise: arith_pointwise::<$ty>(),
+                rowwise: None,
             }),*]
         }
     };
@@ -333,8 +422,8 @@ impl BinaryArith for Pow {
     fn int(a: i64, b: i64) -> i64 {
         a.wrapping_pow(b.clamp(0, u32::MAX as i64) as u32)
     }
-    fn check_int(b: &crate::Tensor) -> Result<(), String> {
-        if b.to_vec::<i64>().iter().any(|&e| e < 0) {
+    fn check_int(mut b: impl Iterator<Item = i64>) -> Result<(), String> {
+        if b.any(|e| e < 0) {
             return Err(
                 "integers to negative integer powers are not allowed; cast to a float dtype".into(),
             );
@@ -364,8 +453,17 @@ fn compare_kernel<O: Compare>(a: &KernelArgs) -> KResult {
     let y = as_dtype(a.inputs[1], dtype);
     let shape = &a.outputs[0].shape;
     Ok(vec![
-        with_dtype!(dtype, T => Buffer::Bool(map2(&x, &y, shape, |p: T, q: T| O::cmp(p, q)))),
+        with_dtype!(dtype, T => Buffer::Bool(map2(&x, &y, shape, O::cmp::<T>))),
     ])
+}
+
+/// Comparisons convert both operands to their promoted dtype.
+fn operands_compare(a: &MetaArgs, _: &TensorMeta) -> Vec<DType> {
+    vec![promoted(&a.inputs[0], &a.inputs[1]); 2]
+}
+
+fn compare_block<O: Compare>(a: &PointwiseArgs) -> KResult1 {
+    Ok(with_dtype!(a.inputs[0].dtype(), T => block2(a, O::cmp::<T>)))
 }
 
 macro_rules! compare_ops {
@@ -392,6 +490,11 @@ macro_rules! compare_ops {
                 infer: infer_bool_binary,
                 exec: Exec::Compute(compare_kernel::<$ty>),
                 cost: arith_cost,
+                pointwise: Some(Pointwise {
+                    operands: operands_compare,
+                    block: compare_block::<$ty>,
+                }),
+                rowwise: None,
             }),*]
         }
     };
@@ -412,8 +515,29 @@ fn logical_kernel(a: &KernelArgs, f: fn(bool, bool) -> bool) -> KResult {
     Ok(vec![Buffer::Bool(map2(&x, &y, &a.outputs[0].shape, f))])
 }
 
+fn and(p: bool, q: bool) -> bool {
+    p && q
+}
+
+fn or(p: bool, q: bool) -> bool {
+    p || q
+}
+
+fn xor(p: bool, q: bool) -> bool {
+    p != q
+}
+
+fn not(v: bool) -> bool {
+    !v
+}
+
+/// Logic converts its operands to bool.
+fn operands_bool(a: &MetaArgs, _: &TensorMeta) -> Vec<DType> {
+    vec![DType::Bool; a.inputs.len()]
+}
+
 fn logical_defs() -> Vec<OpDef> {
-    let def = |name, doc, exec| OpDef {
+    let def = |name, doc, exec, block| OpDef {
         name,
         doc,
         group: OpGroup::Comparison,
@@ -423,20 +547,30 @@ fn logical_defs() -> Vec<OpDef> {
         infer: infer_bool_binary,
         exec: Exec::Compute(exec),
         cost: arith_cost,
+        pointwise: Some(Pointwise {
+            operands: operands_bool,
+            block,
+        }),
+        rowwise: None,
     };
     vec![
         def(
             "logical_and",
             "a and b, each element tested for != 0",
-            |a| logical_kernel(a, |p, q| p && q),
+            |a| logical_kernel(a, and),
+            |a| Ok(block2(a, and)),
         ),
-        def("logical_or", "a or b, each element tested for != 0", |a| {
-            logical_kernel(a, |p, q| p || q)
-        }),
+        def(
+            "logical_or",
+            "a or b, each element tested for != 0",
+            |a| logical_kernel(a, or),
+            |a| Ok(block2(a, or)),
+        ),
         def(
             "logical_xor",
             "a xor b, each element tested for != 0",
-            |a| logical_kernel(a, |p, q| p != q),
+            |a| logical_kernel(a, xor),
+            |a| Ok(block2(a, xor)),
         ),
         OpDef {
             name: "logical_not",
@@ -448,11 +582,15 @@ fn logical_defs() -> Vec<OpDef> {
                     DType::Bool,
                 )])
             },
-            exec: Exec::Compute(|a| {
-                let x = as_dtype(a.inputs[0], DType::Bool);
-                Ok(vec![Buffer::Bool(map1(&x, |v: bool| !v))])
-            }),
-            ..def("", "", |_| Ok(vec![]))
+            ..def(
+                "",
+                "",
+                |a| {
+                    let x = as_dtype(a.inputs[0], DType::Bool);
+                    Ok(vec![Buffer::Bool(map1(&x, not))])
+                },
+                |a| Ok(block1(a, not)),
+            )
         },
     ]
 }
@@ -480,14 +618,31 @@ fn infer_where(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, promoted(x, y))])
 }
 
+#[inline(always)]
+fn select<T>(c: bool, p: T, q: T) -> T {
+    if c {
+        p
+    } else {
+        q
+    }
+}
+
 fn where_kernel(a: &KernelArgs) -> KResult {
     let out = &a.outputs[0];
     let x = as_dtype(a.inputs[1], out.dtype);
     let y = as_dtype(a.inputs[2], out.dtype);
     Ok(vec![
-        with_dtype!(out.dtype, T => T::into_buffer(map3(a.inputs[0], &x, &y, &out.shape,
-        |c: bool, p: T, q: T| if c { p } else { q }))),
+        with_dtype!(out.dtype, T => T::into_buffer(map3(a.inputs[0], &x, &y, &out.shape, select::<T>))),
     ])
+}
+
+/// `where` takes its (bool) condition as it is and converts a and b to the output dtype.
+fn operands_where(_: &MetaArgs, out: &TensorMeta) -> Vec<DType> {
+    vec![DType::Bool, out.dtype, out.dtype]
+}
+
+fn where_block(a: &PointwiseArgs) -> KResult1 {
+    Ok(with_dtype!(a.output, T => block3(a, select::<T>)))
 }
 
 static CLAMP_ATTRS: &[AttrSpec] = &[
@@ -503,23 +658,46 @@ fn infer_clamp(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     infer_unary_numeric(a)
 }
 
+/// The bounds of `clamp`, infinite where not given.
+fn clamp_bounds(attrs: &ResolvedAttrs) -> (f64, f64) {
+    (
+        attrs.opt_float("min").unwrap_or(f64::NEG_INFINITY),
+        attrs.opt_float("max").unwrap_or(f64::INFINITY),
+    )
+}
+
+/// `clamp` of a float in its compute type.
+fn clamp_float<F: MathExt>(lo: f64, hi: f64) -> impl Fn(F) -> F {
+    let (l, h) = (F::c(lo), F::c(hi));
+    // As torch.clamp: min first, then max, so min > max gives max everywhere.
+    move |v| if v.is_nan() { v } else { v.max(l).min(h) }
+}
+
+/// `clamp` of an integer.
+fn clamp_int<T: Element>(lo: f64, hi: f64) -> impl Fn(T) -> T {
+    move |v| T::from_f64(v.to_f64().max(lo).min(hi))
+}
+
 fn clamp_kernel(a: &KernelArgs) -> KResult {
     let x = a.inputs[0];
-    let lo = a.attrs.opt_float("min").unwrap_or(f64::NEG_INFINITY);
-    let hi = a.attrs.opt_float("max").unwrap_or(f64::INFINITY);
+    let (lo, hi) = clamp_bounds(a.attrs);
     let dtype = x.dtype();
     if dtype.is_float() {
-        return Ok(vec![with_float!(dtype, T => {
-            let (l, h) = (<T as FloatElem>::C::c(lo), <T as FloatElem>::C::c(hi));
-            // As torch.clamp: min first, then max, so min > max gives max everywhere.
-            float_map::<T>(x, |v| if v.is_nan() { v } else { v.max(l).min(h) })
-        })]);
+        return Ok(vec![
+            with_float!(dtype, T => float_map::<T>(x, clamp_float(lo, hi))),
+        ]);
     }
     Ok(vec![
-        with_dtype!(dtype, T => T::into_buffer(map1(x, |v: T| {
-            T::from_f64(v.to_f64().max(lo).min(hi))
-        }))),
+        with_dtype!(dtype, T => T::into_buffer(map1(x, clamp_int::<T>(lo, hi)))),
     ])
+}
+
+fn clamp_block(a: &PointwiseArgs) -> KResult1 {
+    let (lo, hi) = clamp_bounds(a.attrs);
+    if a.output.is_float() {
+        return Ok(with_float!(a.output, T => float_block::<T>(a, clamp_float(lo, hi))));
+    }
+    Ok(with_dtype!(a.output, T => block1(a, clamp_int::<T>(lo, hi))))
 }
 
 static CAST_ATTRS: &[AttrSpec] = &[AttrSpec::new(
@@ -549,6 +727,11 @@ pub fn defs() -> Vec<OpDef> {
         infer: infer_unary_float,
         exec: Exec::Compute(gelu_kernel),
         cost: |a, o| streaming_cost(a, o, 1.0, Engine::Scalar),
+        pointwise: Some(Pointwise {
+            operands: operands_as_output,
+            block: gelu_block,
+        }),
+        rowwise: None,
     });
     defs.extend(unary_numeric_defs());
     defs.extend(arith_defs());
@@ -562,6 +745,8 @@ pub fn defs() -> Vec<OpDef> {
         infer: infer_arith::<Pow>,
         exec: Exec::Compute(arith_kernel::<Pow>),
         cost: |a, o| streaming_cost(a, o, 1.0, Engine::Scalar),
+        pointwise: arith_pointwise::<Pow>(),
+        rowwise: None,
     });
     defs.extend(compare_defs());
     defs.extend(logical_defs());
@@ -575,6 +760,11 @@ pub fn defs() -> Vec<OpDef> {
         infer: infer_where,
         exec: Exec::Compute(where_kernel),
         cost: arith_cost,
+        pointwise: Some(Pointwise {
+            operands: operands_where,
+            block: where_block,
+        }),
+        rowwise: None,
     });
     defs.push(OpDef {
         name: "clamp",
@@ -586,6 +776,11 @@ pub fn defs() -> Vec<OpDef> {
         infer: infer_clamp,
         exec: Exec::Compute(clamp_kernel),
         cost: arith_cost,
+        pointwise: Some(Pointwise {
+            operands: operands_as_given,
+            block: clamp_block,
+        }),
+        rowwise: None,
     });
     defs.push(OpDef {
         name: "cast",
@@ -601,6 +796,128 @@ pub fn defs() -> Vec<OpDef> {
         },
         exec: Exec::Compute(cast_kernel),
         cost: cast_cost,
+        pointwise: Some(Pointwise {
+            operands: operands_as_given,
+            block: |a| Ok(cast_block(a.inputs[0], a.output)),
+        }),
+        rowwise: None,
     });
     defs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::topology::Topology;
+    use crate::ops::attrs::Attrs;
+    use crate::ops::registry::Registry;
+    use crate::runtime::{Runtime, RuntimeOptions};
+    use crate::tensor::Tensor;
+
+    /// Values with negatives, zeros, fractions and integers, as `dtype`.
+    fn values(rt: &Runtime, dtype: DType, salt: usize) -> Tensor {
+        let v: Vec<f64> = (0..16)
+            .map(|i| ((i * 7 + salt * 5) % 16) as f64 * 0.75 - 4.0)
+            .collect();
+        let t = rt.tensor(Buffer::F64(v), &[16]).unwrap();
+        rt.call1("cast", &[&t], &Attrs::new().with("dtype", dtype))
+            .unwrap()
+    }
+
+    /// Equal elements, any NaN matching any NaN.
+    fn same(a: &Buffer, b: &Buffer) -> bool {
+        let (ta, tb) = (a.dtype(), b.dtype());
+        if ta != tb || a.len() != b.len() {
+            return false;
+        }
+        if !ta.is_float() {
+            return a.to_le_bytes() == b.to_le_bytes();
+        }
+        let wide = |x: &Buffer| with_dtype!(x.dtype(), T => T::slice(x).unwrap().iter().map(|v| v.to_f64()).collect::<Vec<f64>>());
+        wide(a)
+            .iter()
+            .zip(wide(b))
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    }
+
+    #[test]
+    fn every_block_form_matches_its_eager_kernel() {
+        let rt = Runtime::new(RuntimeOptions {
+            topology: Topology::preset("trn2.3xlarge", None).unwrap(),
+            host_limit: 1 << 30,
+        });
+        let mut checked = 0;
+        for def in Registry::global().ops() {
+            let Some(pointwise) = def.pointwise else {
+                assert!(
+                    !matches!(def.group, OpGroup::Elementwise | OpGroup::Comparison),
+                    "{} is elementwise but has no block form",
+                    def.name
+                );
+                continue;
+            };
+            let attr_sets: Vec<Attrs> = match def.name {
+                "clamp" => vec![Attrs::new().with("min", -0.5).with("max", 1.5)],
+                "gelu" => vec![Attrs::new(), Attrs::new().with("approximate", "tanh")],
+                "cast" => DType::ALL
+                    .iter()
+                    .map(|&d| Attrs::new().with("dtype", d))
+                    .collect(),
+                _ => vec![Attrs::new()],
+            };
+            for attrs in &attr_sets {
+                for &dtype in &DType::ALL {
+                    for mixed in [None, Some(DType::F32), Some(DType::I32)] {
+                        let inputs: Vec<Tensor> = (0..def.inputs.len())
+                            .map(|i| {
+                                let d = match (def.name, i) {
+                                    ("where", 0) => DType::Bool,
+                                    (_, 1) => mixed.unwrap_or(dtype),
+                                    _ => dtype,
+                                };
+                                values(&rt, d, i)
+                            })
+                            .collect();
+                        let refs: Vec<&Tensor> = inputs.iter().collect();
+                        let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+                        let Ok(outs) = Runtime::infer(def, &metas, attrs) else {
+                            continue;
+                        };
+                        let resolved = ResolvedAttrs::resolve(def.attrs, attrs).unwrap();
+                        let operands = (pointwise.operands)(
+                            &MetaArgs {
+                                inputs: &metas,
+                                attrs: &resolved,
+                            },
+                            &outs[0],
+                        );
+                        let converted: Vec<Buffer> = inputs
+                            .iter()
+                            .zip(&operands)
+                            .map(|(t, &d)| cast_block(&t.to_buffer(), d))
+                            .collect();
+                        let blocks: Vec<&Buffer> = converted.iter().collect();
+                        let block = (pointwise.block)(&PointwiseArgs {
+                            inputs: &blocks,
+                            attrs: &resolved,
+                            output: outs[0].dtype,
+                        });
+                        match (rt.call(def.name, &refs, attrs), block) {
+                            (Ok(eager), Ok(block)) => assert!(
+                                same(&eager[0].to_buffer(), &block),
+                                "{} {metas:?} {attrs:?}",
+                                def.name
+                            ),
+                            (Err(e), Err(b)) => assert!(e.to_string().ends_with(&b), "{e} vs {b}"),
+                            (e, b) => {
+                                panic!("{}: eager {:?} but block {:?}", def.name, e.err(), b.err())
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 500, "{checked} cases");
+    }
 }

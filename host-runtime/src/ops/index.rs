@@ -362,6 +362,8 @@ pub fn defs() -> Vec<OpDef> {
         infer,
         exec: Exec::Compute(exec),
         cost: copy_cost,
+        pointwise: None,
+        rowwise: None,
     };
     vec![
         def(

@@ -241,6 +241,128 @@ fn round_from_f32<T: Element>(v: Vec<f32>) -> Vec<T> {
         .collect()
 }
 
+/// A float matmul prepared to compute its output a band of rows at a time, so that a fused
+/// kernel can apply its epilogue to each band while the band is in cache.
+///
+/// Each band is one `gemm` call per product it spans, in the compute type the eager kernel
+/// uses, rounded once to the output dtype. `gemm` picks its blocking from the band's shape, so
+/// sums may associate differently from the eager kernel's: results agree within rounding, not
+/// bitwise.
+pub(crate) struct RowBands {
+    x: Tensor,
+    y: Tensor,
+    a: Operand,
+    b: Operand,
+    m: usize,
+    n: usize,
+    k: usize,
+    out: DType,
+}
+
+impl RowBands {
+    /// Prepares `a @ b` for the inferred output dtype `out`, which must be a float.
+    pub(crate) fn new(a: &Tensor, b: &Tensor, out: DType) -> Result<RowBands, String> {
+        let p = plan(a.shape(), b.shape())?;
+        let compute = match out {
+            DType::Bf16 | DType::F16 | DType::F32 => DType::F32,
+            DType::F64 => DType::F64,
+            other => return Err(format!("row bands need a float output, got {other}")),
+        };
+        let x = gemm_ready(&as_dtype(a, compute));
+        let y = gemm_ready(&as_dtype(b, compute));
+        Ok(RowBands {
+            a: operand(&x, &p.batch_shape, true),
+            b: operand(&y, &p.batch_shape, false),
+            x,
+            y,
+            m: p.m,
+            n: p.n,
+            k: p.k,
+            out,
+        })
+    }
+
+    /// Output rows: every row of every product in the batch, in row-major output order.
+    pub(crate) fn rows(&self) -> usize {
+        self.a.offsets.len() * self.m
+    }
+
+    /// Elements per output row.
+    pub(crate) fn row_len(&self) -> usize {
+        self.n
+    }
+
+    /// Output rows `r0..r1`, in the output dtype. `parallel` lets `gemm` split the band
+    /// across threads, for when the band is the whole output.
+    pub(crate) fn compute(&self, r0: usize, r1: usize, parallel: bool) -> Buffer {
+        let parallelism = if parallel {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        let round = |v: Vec<f32>| v.into_iter().map(|x| x as f64);
+        match self.out {
+            DType::F64 => Buffer::F64(self.band::<f64>(r0, r1, parallelism)),
+            // bf16 and f16 round once from f32, as `round_from_f32` does for the eager kernel.
+            DType::Bf16 => Buffer::Bf16(
+                round(self.band(r0, r1, parallelism))
+                    .map(Element::from_f64)
+                    .collect(),
+            ),
+            DType::F16 => Buffer::F16(
+                round(self.band(r0, r1, parallelism))
+                    .map(Element::from_f64)
+                    .collect(),
+            ),
+            _ => Buffer::F32(self.band::<f32>(r0, r1, parallelism)),
+        }
+    }
+
+    fn band<T: Element + Default>(&self, r0: usize, r1: usize, parallelism: Parallelism) -> Vec<T> {
+        let (da, db) = (self.x.data::<T>(), self.y.data::<T>());
+        let (m, n) = (self.m, self.n);
+        let mut out = vec![T::default(); (r1 - r0) * n];
+        let mut r = r0;
+        while r < r1 {
+            let (product, row) = (r / m, r % m);
+            let rows = (m - row).min(r1 - r);
+            let dst = &mut out[(r - r0) * n..(r - r0 + rows) * n];
+            let (oa, ob) = (
+                self.a.offsets[product] + row * self.a.rs,
+                self.b.offsets[product],
+            );
+            // SAFETY: `dst` holds rows*n elements written with row stride n; `oa` starts row
+            // `row` of a product whose offsets and strides come from validated layouts, and
+            // row + rows <= m, so every read stays in `da` and `db`.
+            unsafe {
+                gemm(
+                    rows,
+                    n,
+                    self.k,
+                    dst.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    da.as_ptr().add(oa),
+                    self.a.cs as isize,
+                    self.a.rs as isize,
+                    db.as_ptr().add(ob),
+                    self.b.cs as isize,
+                    self.b.rs as isize,
+                    T::from_f64(0.0),
+                    T::from_f64(1.0),
+                    false,
+                    false,
+                    false,
+                    parallelism,
+                )
+            }
+            r += rows;
+        }
+        out
+    }
+}
+
 fn cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
     let (read, written) = io_bytes(a.inputs, o);
     let Ok(p) = plan(&a.inputs[0].shape, &a.inputs[1].shape) else {
@@ -274,5 +396,7 @@ pub fn defs() -> Vec<OpDef> {
         infer,
         exec: Exec::Compute(kernel),
         cost,
+        pointwise: None,
+        rowwise: None,
     }]
 }

@@ -15,4 +15,7 @@ pub mod registry;
 mod shape;
 
 pub use attrs::{AttrValue, Attrs};
+// For the fused executor in `crate::compile`.
+pub(crate) use common::{broadcast_strides, cast_block};
+pub(crate) use matmul::RowBands;
 pub use registry::{OpDef, OpGroup, OpId, Registry};

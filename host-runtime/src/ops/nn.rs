@@ -2,18 +2,22 @@
 //!
 //! Each works on rows (the softmax dim, or the normalized trailing dims) made contiguous; rows
 //! run in parallel. Sums accumulate in f64; the per-element math runs in the dtype's compute
-//! type (f32 for f32, bf16 and f16; f64 for f64), then rounds once.
+//! type (f32 for f32, bf16 and f16; f64 for f64), then rounds once. softmax, log_softmax and
+//! the norms also expose their row function ([`Rowwise`]) for fused kernels.
 
 use rayon::prelude::*;
 
 use crate::cancel::Token;
 
+use super::attrs::ResolvedAttrs;
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::{
-    as_dtype, dense, dim_of, expect_float, expect_index, streaming_cost, with_float, FloatElem,
-    MathExt, IN_X,
+    as_dtype, dense, dim_of, expect_float, expect_index, rows_block, streaming_cost, with_float,
+    FloatElem, MathExt, IN_X,
 };
-use super::registry::{Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use super::registry::{
+    Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
+};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta};
 
@@ -87,6 +91,16 @@ fn softmax_row<C: MathExt>(row: &[C], out: &mut [C], log: bool) {
     }
 }
 
+/// One softmax row in the storage type: widened, computed, rounded once per element.
+fn softmax_row_of<T: FloatElem>(i: &[T], o: &mut [T], log: bool) {
+    let wide: Vec<T::C> = i.iter().map(|v| v.up()).collect();
+    let mut res = wide.clone();
+    softmax_row(&wide, &mut res, log);
+    for (dst, r) in o.iter_mut().zip(res) {
+        *dst = T::down(r);
+    }
+}
+
 fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
     let x = a.inputs[0];
     if x.rank() == 0 {
@@ -106,12 +120,7 @@ fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
     let d = dense(&moved);
     let n = x.shape()[dim];
     let buffer = with_float!(x.dtype(), T => T::into_buffer(rows::<T>(&d, n, |i, o| {
-        let wide: Vec<<T as FloatElem>::C> = i.iter().map(|v| v.up()).collect();
-        let mut res = wide.clone();
-        softmax_row(&wide, &mut res, log);
-        for (dst, r) in o.iter_mut().zip(res) {
-            *dst = T::down(r);
-        }
+        softmax_row_of(i, o, log)
     })));
     if dim == last {
         return Ok(vec![buffer]);
@@ -124,6 +133,22 @@ fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
             .map_err(|e| e.0)?,
     );
     Ok(vec![back.to_buffer()])
+}
+
+/// Softmax works on whole rows when its dim is the last one.
+fn softmax_rows(a: &MetaArgs) -> Option<(usize, usize)> {
+    let x = &a.inputs[0];
+    let last = x.shape.len().checked_sub(1)?;
+    let dim = dim_of(a.attrs.int("dim"), &x.shape).ok()?;
+    let n = x.shape[last];
+    (dim == last && n > 0).then_some((n, n))
+}
+
+fn prepare_softmax(a: &RowArgs, log: bool) -> Result<RowFn, String> {
+    let n = a.row;
+    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
+        rows_block::<T, T>(b, n, n, |i, o| softmax_row_of(i, o, log))
+    })))
 }
 
 fn softmax_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -187,6 +212,48 @@ fn infer_norm(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![a.inputs[0].clone()])
 }
 
+/// A norm's settings and affine parameters, converted once per call.
+struct Norm {
+    /// Subtract the mean (layer_norm) or not (rms_norm).
+    center: bool,
+    eps: f64,
+    weight: Option<Vec<f64>>,
+    bias: Option<Vec<f64>>,
+}
+
+impl Norm {
+    fn new(params: &[&Tensor], attrs: &ResolvedAttrs, center: bool) -> Norm {
+        let mut affine = params
+            .iter()
+            .map(|t| as_dtype(t, DType::F64).to_vec::<f64>());
+        Norm {
+            center,
+            eps: attrs.float("eps"),
+            weight: affine.next(),
+            bias: affine.next(),
+        }
+    }
+
+    /// Normalizes one row.
+    fn row<T: FloatElem>(&self, i: &[T], o: &mut [T]) {
+        let len = i.len() as f64;
+        let mean = if self.center {
+            i.iter().map(|v| v.to_f64()).sum::<f64>() / len
+        } else {
+            0.0
+        };
+        let ms = i.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / len;
+        let scale = T::C::c(1.0 / (ms + self.eps).sqrt());
+        let shift = T::C::c(mean);
+        for (j, (dst, v)) in o.iter_mut().zip(i).enumerate() {
+            let y = (v.up() - shift) * scale;
+            let y = self.weight.as_ref().map_or(y, |w| y * T::C::c(w[j]));
+            let y = self.bias.as_ref().map_or(y, |b| y + T::C::c(b[j]));
+            *dst = T::down(y);
+        }
+    }
+}
+
 /// Normalizes rows: `center` subtracts the mean (layer_norm) or not (rms_norm).
 fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
     let x = dense(a.inputs[0]);
@@ -200,27 +267,23 @@ fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
         .iter()
         .product()
     };
-    let eps = a.attrs.float("eps");
-    let affine: Vec<Vec<f64>> = a.inputs[1..]
-        .iter()
-        .map(|t| as_dtype(t, DType::F64).to_vec::<f64>())
-        .collect();
-    let (weight, bias) = (affine.first(), affine.get(1));
+    let norm = Norm::new(&a.inputs[1..], a.attrs, center);
     Ok(vec![
-        with_float!(dtype, T => T::into_buffer(rows::<T>(&x, n, |i, o| {
-            let len = i.len() as f64;
-            let mean = if center { i.iter().map(|v| v.to_f64()).sum::<f64>() / len } else { 0.0 };
-            let ms = i.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / len;
-            let scale = <T as FloatElem>::C::c(1.0 / (ms + eps).sqrt());
-            let shift = <T as FloatElem>::C::c(mean);
-            for (j, (dst, v)) in o.iter_mut().zip(i).enumerate() {
-                let y = (v.up() - shift) * scale;
-            let y = weight.map_or(y, |w| y * <T as FloatElem>::C::c(w[j]));
-            let y = bias.map_or(y, |b| y + <T as FloatElem>::C::c(b[j]));
-            *dst = T::down(y);
-            }
-        }))),
+        with_float!(dtype, T => T::into_buffer(rows::<T>(&x, n, |i, o| norm.row(i, o)))),
     ])
+}
+
+/// The norms work on whole rows of their normalized trailing dims.
+fn norm_rows(a: &MetaArgs) -> Option<(usize, usize)> {
+    let n: usize = normalized_shape(a).ok()?.iter().product();
+    (n > 0).then_some((n, n))
+}
+
+fn prepare_norm(a: &RowArgs, center: bool) -> Result<RowFn, String> {
+    let (n, norm) = (a.row, Norm::new(a.params, a.attrs, center));
+    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
+        rows_block::<T, T>(b, n, n, |i, o| norm.row(i, o))
+    })))
 }
 
 fn norm_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -323,6 +386,11 @@ pub fn defs() -> Vec<OpDef> {
             infer: infer_softmax,
             exec: Exec::Compute(|a| softmax_kernel(a, false)),
             cost: softmax_cost,
+            pointwise: None,
+            rowwise: Some(Rowwise {
+                rows: softmax_rows,
+                prepare: |a| prepare_softmax(a, false),
+            }),
         },
         OpDef {
             name: "log_softmax",
@@ -334,6 +402,11 @@ pub fn defs() -> Vec<OpDef> {
             infer: infer_softmax,
             exec: Exec::Compute(|a| softmax_kernel(a, true)),
             cost: softmax_cost,
+            pointwise: None,
+            rowwise: Some(Rowwise {
+                rows: softmax_rows,
+                prepare: |a| prepare_softmax(a, true),
+            }),
         },
         OpDef {
             name: "layer_norm",
@@ -345,6 +418,11 @@ pub fn defs() -> Vec<OpDef> {
             infer: infer_norm,
             exec: Exec::Compute(|a| norm_kernel(a, true)),
             cost: norm_cost,
+            pointwise: None,
+            rowwise: Some(Rowwise {
+                rows: norm_rows,
+                prepare: |a| prepare_norm(a, true),
+            }),
         },
         OpDef {
             name: "rms_norm",
@@ -356,6 +434,11 @@ pub fn defs() -> Vec<OpDef> {
             infer: infer_norm,
             exec: Exec::Compute(|a| norm_kernel(a, false)),
             cost: norm_cost,
+            pointwise: None,
+            rowwise: Some(Rowwise {
+                rows: norm_rows,
+                prepare: |a| prepare_norm(a, false),
+            }),
         },
         OpDef {
             name: "cross_entropy",
@@ -367,6 +450,8 @@ pub fn defs() -> Vec<OpDef> {
             infer: infer_ce,
             exec: Exec::Compute(ce_kernel),
             cost: ce_cost,
+            pointwise: None,
+            rowwise: None,
         },
     ]
 }

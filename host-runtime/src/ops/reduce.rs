@@ -1,11 +1,12 @@
 //! Reductions over dims: sum, mean, prod, max, min, argmax, argmin, var, std.
 //!
 //! Float sums accumulate in f64 so results stay within f32 rounding of numpy's pairwise sums
-//! whatever the row length. Integer and bool sums give i64, as PyTorch.
+//! whatever the row length. Integer and bool sums give i64, as PyTorch. Float reductions over
+//! trailing dims expose their row function ([`Rowwise`]) for fused kernels.
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
-use super::common::{dim_of, streaming_cost, IN_X};
-use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use super::common::{dim_of, rows_block, streaming_cost, with_float, IN_X};
+use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{strided, Buffer, DType, Element, Tensor, TensorMeta};
 use crate::with_dtype;
@@ -138,36 +139,6 @@ fn infer(a: &MetaArgs, rule: OutDType) -> Result<Vec<TensorMeta>, String> {
     )])
 }
 
-fn sum_kernel(a: &KernelArgs) -> KResult {
-    let x = a.inputs[0];
-    let dims = dims_of(a.attrs, x.shape())?;
-    let out = a.outputs[0].dtype;
-    Ok(vec![with_dtype!(x.dtype(), T => if out.is_float() {
-        with_dtype!(out, U => U::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
-            U::from_f64(r.iter().map(|v| v.to_f64()).sum())
-        })))
-    } else {
-        Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
-            r.iter().fold(0i64, |s, v| s.wrapping_add(v.to_i64()))
-        }))
-    })])
-}
-
-fn prod_kernel(a: &KernelArgs) -> KResult {
-    let x = a.inputs[0];
-    let dims = dims_of(a.attrs, x.shape())?;
-    let out = a.outputs[0].dtype;
-    Ok(vec![with_dtype!(x.dtype(), T => if out.is_float() {
-        with_dtype!(out, U => U::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
-            U::from_f64(r.iter().map(|v| v.to_f64()).product())
-        })))
-    } else {
-        Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
-            r.iter().fold(1i64, |s, v| s.wrapping_mul(v.to_i64()))
-        }))
-    })])
-}
-
 fn mean_of<T: Element>(r: &[T]) -> f64 {
     r.iter().map(|v| v.to_f64()).sum::<f64>() / r.len() as f64
 }
@@ -178,26 +149,110 @@ fn var_of<T: Element>(r: &[T], correction: i64) -> f64 {
     ss / (r.len() as f64 - correction as f64).max(0.0)
 }
 
-fn float_reduce(a: &KernelArgs, f: fn(&[f64], &ResolvedAttrs) -> f64) -> KResult {
+/// The reductions whose value keeps the row's dtype (for sum and prod: float rows), by their
+/// row function, which the eager kernels and the fused form share.
+#[derive(Clone, Copy)]
+enum RowReduce {
+    Sum,
+    Prod,
+    Mean,
+    Var { correction: i64 },
+    Std { correction: i64 },
+    Max,
+    Min,
+}
+
+impl RowReduce {
+    /// The reduction an op applies, with its attributes.
+    fn of(name: &str, attrs: &ResolvedAttrs) -> Option<RowReduce> {
+        Some(match name {
+            "sum" => RowReduce::Sum,
+            "prod" => RowReduce::Prod,
+            "mean" => RowReduce::Mean,
+            "var" => RowReduce::Var {
+                correction: attrs.int("correction"),
+            },
+            "std" => RowReduce::Std {
+                correction: attrs.int("correction"),
+            },
+            "max" => RowReduce::Max,
+            "min" => RowReduce::Min,
+            _ => return None,
+        })
+    }
+
+    /// The value of one row. Sums and products accumulate in f64.
+    fn apply<T: Element>(self, r: &[T]) -> T {
+        match self {
+            RowReduce::Sum => T::from_f64(r.iter().map(|v| v.to_f64()).sum()),
+            RowReduce::Prod => T::from_f64(r.iter().map(|v| v.to_f64()).product()),
+            RowReduce::Mean => T::from_f64(mean_of(r)),
+            RowReduce::Var { correction } => T::from_f64(var_of(r, correction)),
+            RowReduce::Std { correction } => T::from_f64(var_of(r, correction).sqrt()),
+            RowReduce::Max => r[extreme_index(r, true)],
+            RowReduce::Min => r[extreme_index(r, false)],
+        }
+    }
+}
+
+/// Reduces `x` with `kind`, keeping its dtype.
+fn same_dtype_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Buffer {
+    with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| kind.apply(r))))
+}
+
+fn sum_kernel(a: &KernelArgs) -> KResult {
     let x = a.inputs[0];
     let dims = dims_of(a.attrs, x.shape())?;
-    let attrs = a.attrs;
+    if a.outputs[0].dtype.is_float() {
+        return Ok(vec![same_dtype_reduce(x, &dims, RowReduce::Sum)]);
+    }
     Ok(vec![
-        with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
-            let wide: Vec<f64> = r.iter().map(|v| v.to_f64()).collect();
-            T::from_f64(f(&wide, attrs))
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+            r.iter().fold(0i64, |s, v| s.wrapping_add(v.to_i64()))
         }))),
     ])
 }
 
-fn extreme_kernel(a: &KernelArgs, want_max: bool) -> KResult {
+fn prod_kernel(a: &KernelArgs) -> KResult {
     let x = a.inputs[0];
     let dims = dims_of(a.attrs, x.shape())?;
+    if a.outputs[0].dtype.is_float() {
+        return Ok(vec![same_dtype_reduce(x, &dims, RowReduce::Prod)]);
+    }
     Ok(vec![
-        with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, &dims, |r: &[T]| {
-            r[extreme_index(r, want_max)]
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+            r.iter().fold(1i64, |s, v| s.wrapping_mul(v.to_i64()))
         }))),
     ])
+}
+
+/// mean, var, std, max and min: reductions that keep the dtype.
+fn row_reduce_kernel(a: &KernelArgs, name: &str) -> KResult {
+    let x = a.inputs[0];
+    let dims = dims_of(a.attrs, x.shape())?;
+    let kind = RowReduce::of(name, a.attrs).expect("a reduction that keeps the dtype");
+    Ok(vec![same_dtype_reduce(x, &dims, kind)])
+}
+
+/// A float reduction works on whole rows when its dims are the trailing ones.
+fn reduce_rows_plan(a: &MetaArgs) -> Option<(usize, usize)> {
+    let x = &a.inputs[0];
+    let dims = dims_of(a.attrs, &x.shape).ok()?;
+    let rank = x.shape.len();
+    let trailing = dims
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| d == rank - dims.len() + i);
+    let n: usize = dims.iter().map(|&d| x.shape[d]).product();
+    (x.dtype.is_float() && trailing && n > 0).then_some((n, 1))
+}
+
+fn prepare_reduce(a: &RowArgs, name: &str) -> Result<RowFn, String> {
+    let kind = RowReduce::of(name, a.attrs).ok_or_else(|| format!("{name} has no row form"))?;
+    let n = a.row;
+    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
+        rows_block::<T, T>(b, n, 1, |r, o| o[0] = kind.apply(r))
+    })))
 }
 
 /// Index of the first max (or min); a NaN wins, as in numpy and PyTorch.
@@ -247,7 +302,7 @@ fn var_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
 
 /// The reductions.
 pub fn defs() -> Vec<OpDef> {
-    let def = |name, doc, attrs, infer, exec, cost| OpDef {
+    let def = |name, doc, attrs, infer, exec, cost, rowwise| OpDef {
         name,
         doc,
         group: OpGroup::Reduction,
@@ -257,6 +312,14 @@ pub fn defs() -> Vec<OpDef> {
         infer,
         exec: Exec::Compute(exec),
         cost,
+        pointwise: None,
+        rowwise,
+    };
+    let rows = |prepare| {
+        Some(Rowwise {
+            rows: reduce_rows_plan,
+            prepare,
+        })
     };
     vec![
         def(
@@ -266,6 +329,7 @@ pub fn defs() -> Vec<OpDef> {
             |a| infer(a, OutDType::Accumulate),
             sum_kernel,
             reduce_cost,
+            rows(|a| prepare_reduce(a, "sum")),
         ),
         def(
             "prod",
@@ -274,46 +338,52 @@ pub fn defs() -> Vec<OpDef> {
             |a| infer(a, OutDType::Accumulate),
             prod_kernel,
             reduce_cost,
+            rows(|a| prepare_reduce(a, "prod")),
         ),
         def(
             "mean",
             "arithmetic mean over dims (floats only)",
             REDUCE_ATTRS,
             |a| infer(a, OutDType::FloatOnly),
-            |a| float_reduce(a, |r, _| r.iter().sum::<f64>() / r.len() as f64),
+            |a| row_reduce_kernel(a, "mean"),
             reduce_cost,
+            rows(|a| prepare_reduce(a, "mean")),
         ),
         def(
             "var",
             "variance over dims with Bessel's correction by default",
             VAR_ATTRS,
             |a| infer(a, OutDType::FloatOnly),
-            |a| float_reduce(a, |r, at| var_of(r, at.int("correction"))),
+            |a| row_reduce_kernel(a, "var"),
             var_cost,
+            rows(|a| prepare_reduce(a, "var")),
         ),
         def(
             "std",
             "standard deviation over dims (correction as var)",
             VAR_ATTRS,
             |a| infer(a, OutDType::FloatOnly),
-            |a| float_reduce(a, |r, at| var_of(r, at.int("correction")).sqrt()),
+            |a| row_reduce_kernel(a, "std"),
             var_cost,
+            rows(|a| prepare_reduce(a, "std")),
         ),
         def(
             "max",
             "largest value over dims; NaN propagates",
             REDUCE_ATTRS,
             |a| infer(a, OutDType::Same),
-            |a| extreme_kernel(a, true),
+            |a| row_reduce_kernel(a, "max"),
             reduce_cost,
+            rows(|a| prepare_reduce(a, "max")),
         ),
         def(
             "min",
             "smallest value over dims; NaN propagates",
             REDUCE_ATTRS,
             |a| infer(a, OutDType::Same),
-            |a| extreme_kernel(a, false),
+            |a| row_reduce_kernel(a, "min"),
             reduce_cost,
+            rows(|a| prepare_reduce(a, "min")),
         ),
         def(
             "argmax",
@@ -322,6 +392,7 @@ pub fn defs() -> Vec<OpDef> {
             |a| infer(a, OutDType::Index),
             |a| arg_kernel(a, true),
             reduce_cost,
+            None,
         ),
         def(
             "argmin",
@@ -330,6 +401,7 @@ pub fn defs() -> Vec<OpDef> {
             |a| infer(a, OutDType::Index),
             |a| arg_kernel(a, false),
             reduce_cost,
+            None,
         ),
     ]
 }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use super::attrs::{AttrSpec, ResolvedAttrs};
 use crate::device::cost::OpCost;
-use crate::tensor::{Buffer, Layout, Tensor, TensorMeta};
+use crate::tensor::{Buffer, DType, Layout, Tensor, TensorMeta};
 
 /// What an op's kernel is handed.
 pub struct KernelArgs<'a> {
@@ -43,6 +43,61 @@ pub enum Exec {
     Compute(fn(&KernelArgs) -> Result<Vec<Buffer>, String>),
     /// Re-describes its single input's storage (no data moves).
     View(fn(&Tensor, &ResolvedAttrs) -> Result<ViewResult, String>),
+}
+
+/// What an elementwise op's block kernel is handed.
+pub struct PointwiseArgs<'a> {
+    /// Dense operand blocks of one length, already converted to the dtypes that
+    /// [`Pointwise::operands`] gave.
+    pub inputs: &'a [&'a Buffer],
+    /// Resolved attributes.
+    pub attrs: &'a ResolvedAttrs,
+    /// The output dtype.
+    pub output: DType,
+}
+
+/// The per-element form of an elementwise op, which fused kernels use to run chains of ops on
+/// small blocks instead of full-size intermediates.
+///
+/// Applied to blocks of operands converted to [`Pointwise::operands`], `block` gives bitwise
+/// what the op's eager kernel gives at the same positions: both call the same element
+/// function, and both round once per op.
+#[derive(Clone, Copy)]
+pub struct Pointwise {
+    /// The dtype each input is converted to before the math, from the inputs' metas, the
+    /// attributes and the output's meta (the eager kernel converts the same way).
+    pub operands: fn(&MetaArgs, &TensorMeta) -> Vec<DType>,
+    /// Element `i` of the result from element `i` of each operand.
+    pub block: fn(&PointwiseArgs) -> Result<Buffer, String>,
+}
+
+/// What [`Rowwise::prepare`] is handed.
+pub struct RowArgs<'a> {
+    /// The op's inputs after the first (a norm's weight and bias), whole.
+    pub params: &'a [&'a Tensor],
+    /// Resolved attributes.
+    pub attrs: &'a ResolvedAttrs,
+    /// The dtype of the first input's rows.
+    pub input: DType,
+    /// Elements per input row, as [`Rowwise::rows`] gave.
+    pub row: usize,
+}
+
+/// Maps a dense block of whole input rows to the matching block of output rows.
+pub type RowFn = Box<dyn Fn(&Buffer) -> Buffer + Send + Sync>;
+
+/// The per-row form of an op that maps each row of its first input's trailing dims to one row
+/// of its output (softmax, the norms, reductions over trailing dims). Fused kernels use it to
+/// run an elementwise prologue and epilogue row by row, without full-size intermediates.
+///
+/// The row function is the one the eager kernel applies, so results are bitwise the same.
+#[derive(Clone, Copy)]
+pub struct Rowwise {
+    /// `(input row length, output row length)` when this application works on whole rows of
+    /// the first input's trailing dims (`None` otherwise, e.g. softmax over dim 0).
+    pub rows: fn(&MetaArgs) -> Option<(usize, usize)>,
+    /// The row function for these parameters, attributes and dtype.
+    pub prepare: fn(&RowArgs) -> Result<RowFn, String>,
 }
 
 /// How many tensors an input slot takes.
@@ -154,6 +209,10 @@ pub struct OpDef {
     pub exec: Exec,
     /// Flops, bytes and engine for the cost model.
     pub cost: fn(&MetaArgs, &[TensorMeta]) -> OpCost,
+    /// The per-element form, for elementwise ops that fused kernels may include.
+    pub pointwise: Option<Pointwise>,
+    /// The per-row form, for row ops that fused kernels may include.
+    pub rowwise: Option<Rowwise>,
 }
 
 impl OpDef {

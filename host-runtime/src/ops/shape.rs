@@ -39,6 +39,8 @@ fn def<O: ViewOp>() -> OpDef {
         infer: infer_view::<O>,
         exec: Exec::View(view_kernel::<O>),
         cost: free_cost,
+        pointwise: None,
+        rowwise: None,
     }
 }
 

@@ -12,15 +12,18 @@ use wasmtime::{Caller, Extern, Linker, StoreLimits};
 use super::attrs;
 use super::handles::{HandleError, HandleTable};
 use super::output::{GuestOutput, OutputSink};
+use super::tracing::{self, before_data_read, GuestValue, Tracing};
 use crate::device::topology::CoreId;
 use crate::ops::{OpId, Registry};
-use crate::tensor::{checked_numel, format_tensor, Buffer, DType, FormatOptions, Tensor};
+use crate::tensor::{
+    checked_numel, format_tensor, Buffer, DType, FormatOptions, Tensor, TensorMeta,
+};
 use crate::{Error, Runtime};
 
 /// The import module every guest import comes from.
 pub const MODULE: &str = "neuronlab";
 
-/// Every import this host provides (the sys, tensor and op groups of ABI 1.0).
+/// Every import this host provides (the sys, tensor, op and compile groups of ABI 1.1).
 pub const IMPORTS: &[&str] = &[
     "last_error",
     "print",
@@ -40,6 +43,14 @@ pub const IMPORTS: &[&str] = &[
     "tensor_drop",
     "op_lookup",
     "op_call",
+    "compile_fn",
+    "compile_call",
+    "compile_arg",
+    "compile_result",
+    "compile_explain",
+    "lazy_begin",
+    "lazy_sync",
+    "lazy_end",
 ];
 
 /// The ABI's error codes.
@@ -72,9 +83,9 @@ const MAX_RANK: usize = 64;
 const MAX_INPUTS: usize = 4096;
 
 /// A failed import: the code the guest sees and the message `last_error` gives.
-struct Fail(ErrorCode, String);
+pub(super) struct Fail(pub(super) ErrorCode, pub(super) String);
 
-type HostResult<T> = Result<T, Fail>;
+pub(super) type HostResult<T> = Result<T, Fail>;
 
 impl From<HandleError> for Fail {
     fn from(e: HandleError) -> Fail {
@@ -99,7 +110,8 @@ impl From<Error> for Fail {
 pub struct GuestState {
     pub(super) runtime: Arc<Runtime>,
     pub(super) core: CoreId,
-    pub(super) handles: HandleTable,
+    pub(super) handles: HandleTable<GuestValue>,
+    pub(super) tracing: Tracing,
     pub(super) last_error: String,
     pub(super) output: OutputSink,
     pub(super) limits: StoreLimits,
@@ -124,6 +136,7 @@ impl GuestState {
             runtime,
             core,
             handles: HandleTable::new(salt),
+            tracing: Tracing::default(),
             last_error: String::new(),
             output,
             limits,
@@ -134,7 +147,7 @@ impl GuestState {
     }
 }
 
-type Ctx<'a> = Caller<'a, GuestState>;
+pub(super) type Ctx<'a> = Caller<'a, GuestState>;
 
 /// Converts an import's result to the i32 the guest sees, recording the error message.
 fn status(caller: &mut Ctx, r: HostResult<i32>) -> i32 {
@@ -187,18 +200,18 @@ fn memory(caller: &mut Ctx) -> HostResult<wasmtime::Memory> {
     }
 }
 
-fn read(caller: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<u8>> {
+pub(super) fn read(caller: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<u8>> {
     let mem = memory(caller)?;
     let data = mem.data(&*caller);
     Ok(data[range(data.len(), ptr, len)?].to_vec())
 }
 
-fn read_str(caller: &mut Ctx, ptr: i32, len: i32, what: &str) -> HostResult<String> {
+pub(super) fn read_str(caller: &mut Ctx, ptr: i32, len: i32, what: &str) -> HostResult<String> {
     String::from_utf8(read(caller, ptr, len)?)
         .map_err(|_| Fail(ErrorCode::Invalid, format!("{what} is not valid UTF-8")))
 }
 
-fn write(caller: &mut Ctx, ptr: i32, bytes: &[u8]) -> HostResult<()> {
+pub(super) fn write(caller: &mut Ctx, ptr: i32, bytes: &[u8]) -> HostResult<()> {
     let mem = memory(caller)?;
     let data = mem.data_mut(&mut *caller);
     let r = range(data.len(), ptr, bytes.len() as i32)?;
@@ -207,7 +220,7 @@ fn write(caller: &mut Ctx, ptr: i32, bytes: &[u8]) -> HostResult<()> {
 }
 
 /// Copies up to `cap` bytes of `bytes` to `ptr` and returns the full length.
-fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -> HostResult<i32> {
+pub(super) fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -> HostResult<i32> {
     if cap < 0 {
         return Err(Fail(ErrorCode::Bounds, format!("negative capacity {cap}")));
     }
@@ -217,12 +230,28 @@ fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -> HostResul
         .map_err(|_| Fail(ErrorCode::Invalid, "the result is larger than 2 GiB".into()))
 }
 
-fn tensor(caller: &Ctx, h: i32) -> HostResult<Tensor> {
+/// The value behind a handle.
+pub(super) fn value(caller: &Ctx, h: i32) -> HostResult<GuestValue> {
     Ok(caller.data().handles.get(h as u32)?.clone())
 }
 
-fn insert(caller: &mut Ctx, t: Tensor) -> HostResult<i32> {
-    Ok(caller.data_mut().handles.insert(t)? as i32)
+/// The shape and dtype behind a handle, real or traced.
+fn meta(caller: &Ctx, h: i32) -> HostResult<TensorMeta> {
+    match value(caller, h)? {
+        GuestValue::Eager(t) => Ok(t.meta()),
+        GuestValue::Traced(v) => caller.data().tracing.meta(v).ok_or_else(|| {
+            Fail(
+                ErrorCode::Handle,
+                format!("handle {h:#x} outlived its recording"),
+            )
+        }),
+        GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+    }
+}
+
+/// A real tensor to hand to the guest as a new handle.
+pub(super) fn insert(caller: &mut Ctx, t: Tensor) -> HostResult<i32> {
+    Ok(caller.data_mut().handles.insert(GuestValue::Eager(t))? as i32)
 }
 
 fn check_interrupt(caller: &Ctx) -> HostResult<()> {
@@ -335,10 +364,10 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         ));
     }
     let raw = read(caller, inputs_ptr, n_inputs * 4)?;
-    let inputs: Vec<Tensor> = raw
+    let inputs: Vec<GuestValue> = raw
         .chunks_exact(4)
         .map(|c| {
-            tensor(
+            value(
                 caller,
                 u32::from_le_bytes(c.try_into().expect("4 bytes")) as i32,
             )
@@ -346,14 +375,33 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         .collect::<HostResult<_>>()?;
     let attrs = attrs::decode(&read(caller, attrs_ptr, attrs_len)?)
         .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
-    let refs: Vec<&Tensor> = inputs.iter().collect();
-    let state = caller.data();
-    let outputs = crate::cancel::with_token(state.interrupt.clone(), || {
-        state.runtime.call_on(def, &refs, &attrs, state.core)
-    })?;
+    let outputs: Vec<GuestValue> = if caller.data().tracing.recording() {
+        let id = OpId(id as u32);
+        caller.data_mut().tracing.record(id, &inputs, &attrs)?
+    } else {
+        let tensors: Vec<Tensor> = inputs
+            .into_iter()
+            .map(|v| match v {
+                GuestValue::Eager(t) => Ok(t),
+                GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+                GuestValue::Traced(_) => Err(Fail(
+                    ErrorCode::Handle,
+                    "a traced tensor was used outside its recording".into(),
+                )),
+            })
+            .collect::<HostResult<_>>()?;
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        let state = caller.data();
+        crate::cancel::with_token(state.interrupt.clone(), || {
+            state.runtime.call_on(def, &refs, &attrs, state.core)
+        })?
+        .into_iter()
+        .map(GuestValue::Eager)
+        .collect()
+    };
     let mut handles = Vec::with_capacity(outputs.len());
-    for t in outputs {
-        handles.push(insert(caller, t)? as u32);
+    for v in outputs {
+        handles.push(caller.data_mut().handles.insert(v)?);
     }
     let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
     if let Err(e) = write(caller, outputs_ptr, &bytes) {
@@ -420,11 +468,11 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         },
     )?;
     linker.func_wrap(MODULE, "tensor_dtype", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| t.dtype().code() as i32);
+        let r = meta(&c, h).map(|m| m.dtype.code() as i32);
         status(&mut c, r)
     })?;
     linker.func_wrap(MODULE, "tensor_rank", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| t.rank() as i32);
+        let r = meta(&c, h).map(|m| m.shape.len() as i32);
         status(&mut c, r)
     })?;
     linker.func_wrap(
@@ -432,28 +480,28 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         "tensor_shape",
         |mut c: Ctx, h: i32, ptr: i32, cap: i32| {
             let r = (|| {
-                let t = tensor(&c, h)?;
+                let m = meta(&c, h)?;
                 if cap < 0 {
                     return Err(Fail(ErrorCode::Bounds, format!("negative capacity {cap}")));
                 }
-                let dims: Vec<u8> = t
-                    .shape()
+                let dims: Vec<u8> = m
+                    .shape
                     .iter()
                     .take(cap as usize)
                     .flat_map(|&d| (d as i64).to_le_bytes())
                     .collect();
                 write(&mut c, ptr, &dims)?;
-                Ok(t.rank() as i32)
+                Ok(m.shape.len() as i32)
             })();
             status(&mut c, r)
         },
     )?;
     linker.func_wrap(MODULE, "tensor_numel", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| t.numel() as i64);
+        let r = meta(&c, h).map(|m| m.numel() as i64);
         status64(&mut c, r)
     })?;
     linker.func_wrap(MODULE, "tensor_nbytes", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| t.nbytes() as i64);
+        let r = meta(&c, h).map(|m| m.nbytes() as i64);
         status64(&mut c, r)
     })?;
     linker.func_wrap(
@@ -461,16 +509,14 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         "tensor_read",
         |mut c: Ctx, h: i32, ptr: i32, len: i32| {
             let r = (|| {
-                let t = tensor(&c, h)?;
-                if (len.max(0) as usize) < t.nbytes() {
+                let needed = meta(&c, h)?.nbytes();
+                if (len.max(0) as usize) < needed {
                     return Err(Fail(
                         ErrorCode::TooSmall,
-                        format!(
-                            "the tensor has {} bytes but the buffer holds {len}",
-                            t.nbytes()
-                        ),
+                        format!("the tensor has {needed} bytes but the buffer holds {len}"),
                     ));
                 }
+                let t = before_data_read(&mut c, h, "tensor_read (to_vec, item)")?;
                 let bytes = t.to_buffer().to_le_bytes();
                 write(&mut c, ptr, &bytes)?;
                 Ok(bytes.len() as i32)
@@ -483,25 +529,30 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         "tensor_format",
         |mut c: Ctx, h: i32, ptr: i32, cap: i32| {
             let r = (|| {
-                let text = format_tensor(&tensor(&c, h)?, &FormatOptions::default());
+                let t = before_data_read(&mut c, h, "tensor_format (printing)")?;
+                let text = format_tensor(&t, &FormatOptions::default());
                 write_capped(&mut c, ptr, cap, text.as_bytes())
             })();
             status(&mut c, r)
         },
     )?;
     linker.func_wrap(MODULE, "tensor_display", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| {
+        let r = before_data_read(&mut c, h, "tensor_display").map(|t| {
             (c.data_mut().output)(GuestOutput::Tensor(t));
             0
         });
         status(&mut c, r)
     })?;
     linker.func_wrap(MODULE, "tensor_device", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).map(|t| t.device().0 as i32);
+        let core = c.data().core.0 as i32;
+        let r = value(&c, h).map(|v| match v {
+            GuestValue::Eager(t) => t.device().0 as i32,
+            _ => core,
+        });
         status(&mut c, r)
     })?;
     linker.func_wrap(MODULE, "tensor_clone", |mut c: Ctx, h: i32| {
-        let r = tensor(&c, h).and_then(|t| insert(&mut c, t));
+        let r = value(&c, h).and_then(|v| Ok(c.data_mut().handles.insert(v)? as i32));
         status(&mut c, r)
     })?;
     linker.func_wrap(MODULE, "tensor_drop", |mut c: Ctx, h: i32| {
@@ -547,6 +598,62 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             status(&mut c, r)
         },
     )?;
+    define_compile(linker)
+}
+
+/// The compile group: compiled functions through the trampoline, and lazy mode.
+fn define_compile(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "compile_fn",
+        |mut c: Ctx,
+         fn_index: i32,
+         name_ptr: i32,
+         name_len: i32,
+         attrs_ptr: i32,
+         attrs_len: i32| {
+            let r = tracing::compile_fn(&mut c, fn_index, name_ptr, name_len, attrs_ptr, attrs_len);
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "compile_call",
+        |mut c: Ctx, f: i32, inputs_ptr: i32, n_inputs: i32, outputs_ptr: i32, max_outputs: i32| {
+            // A trap inside the traced guest function passes through as a trap.
+            let r =
+                tracing::compile_call(&mut c, f, inputs_ptr, n_inputs, outputs_ptr, max_outputs)?;
+            Ok(status(&mut c, r))
+        },
+    )?;
+    linker.func_wrap(MODULE, "compile_arg", |mut c: Ctx, i: i32| {
+        let r = tracing::compile_arg(&mut c, i);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "compile_result", |mut c: Ctx, h: i32| {
+        let r = tracing::compile_result(&mut c, h);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(
+        MODULE,
+        "compile_explain",
+        |mut c: Ctx, f: i32, ptr: i32, cap: i32| {
+            let r = tracing::compile_explain(&mut c, f, ptr, cap);
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "lazy_begin", |mut c: Ctx| {
+        let r = tracing::lazy_begin(&mut c);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "lazy_sync", |mut c: Ctx| {
+        let r = tracing::lazy_sync(&mut c);
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "lazy_end", |mut c: Ctx| {
+        let r = tracing::lazy_end(&mut c);
+        status(&mut c, r)
+    })?;
     Ok(())
 }
 

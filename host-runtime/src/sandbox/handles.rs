@@ -5,8 +5,6 @@
 //! slot's generation plus a per-table salt. Bit 31 stays 0 so a handle is a positive `i32`,
 //! never mistaken for an error status.
 
-use crate::tensor::Tensor;
-
 const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 const TAG_MASK: u32 = (1 << 11) - 1;
@@ -14,9 +12,9 @@ const TAG_MASK: u32 = (1 << 11) - 1;
 /// The most live handles one table holds.
 pub const MAX_HANDLES: usize = SLOT_MASK as usize;
 
-struct Slot {
+struct Slot<T> {
     generation: u32,
-    tensor: Option<Tensor>,
+    value: Option<T>,
 }
 
 /// Why a handle was rejected.
@@ -46,22 +44,22 @@ impl std::fmt::Display for HandleError {
     }
 }
 
-/// Tensors the guest holds, by handle.
-pub struct HandleTable {
-    slots: Vec<Slot>,
+/// Values (tensors, traced tensors) the guest holds, by handle.
+pub struct HandleTable<T> {
+    slots: Vec<Slot<T>>,
     free: Vec<u32>,
     salt: u32,
     live: usize,
 }
 
-impl HandleTable {
+impl<T> HandleTable<T> {
     /// An empty table. `salt` distinguishes instances; any value works.
-    pub fn new(salt: u32) -> HandleTable {
+    pub fn new(salt: u32) -> HandleTable<T> {
         HandleTable {
             // Slot 0 is a sentinel so no handle is ever 0.
             slots: vec![Slot {
                 generation: 0,
-                tensor: None,
+                value: None,
             }],
             free: Vec::new(),
             salt: salt & TAG_MASK,
@@ -73,21 +71,21 @@ impl HandleTable {
         generation.wrapping_add(self.salt) & TAG_MASK
     }
 
-    /// Stores a tensor and returns its new handle.
-    pub fn insert(&mut self, tensor: Tensor) -> Result<u32, HandleError> {
+    /// Stores a value and returns its new handle.
+    pub fn insert(&mut self, value: T) -> Result<u32, HandleError> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None if self.slots.len() <= MAX_HANDLES => {
                 self.slots.push(Slot {
                     generation: 0,
-                    tensor: None,
+                    value: None,
                 });
                 (self.slots.len() - 1) as u32
             }
             None => return Err(HandleError::Full),
         };
         let entry = &mut self.slots[slot as usize];
-        entry.tensor = Some(tensor);
+        entry.value = Some(value);
         let generation = entry.generation;
         self.live += 1;
         Ok((self.tag(generation) << SLOT_BITS) | slot)
@@ -103,29 +101,48 @@ impl HandleTable {
             .get(slot)
             .filter(|_| slot != 0)
             .ok_or(HandleError::Unknown(handle))?;
-        if entry.tensor.is_none() || self.tag(entry.generation) != handle >> SLOT_BITS {
+        if entry.value.is_none() || self.tag(entry.generation) != handle >> SLOT_BITS {
             return Err(HandleError::Stale(handle));
         }
         Ok(slot)
     }
 
-    /// The tensor behind a live handle.
-    pub fn get(&self, handle: u32) -> Result<&Tensor, HandleError> {
+    /// The value behind a live handle.
+    pub fn get(&self, handle: u32) -> Result<&T, HandleError> {
         let slot = self.resolve(handle)?;
         Ok(self.slots[slot]
-            .tensor
+            .value
             .as_ref()
             .expect("resolve checks liveness"))
     }
 
+    /// The value behind a live handle, mutably (to replace a traced value by its result).
+    pub fn get_mut(&mut self, handle: u32) -> Result<&mut T, HandleError> {
+        let slot = self.resolve(handle)?;
+        Ok(self.slots[slot]
+            .value
+            .as_mut()
+            .expect("resolve checks liveness"))
+    }
+
+    /// Every live value.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|s| s.value.as_ref())
+    }
+
+    /// Every live value, mutably.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|s| s.value.as_mut())
+    }
+
     /// Frees a handle; its slot's next handle gets a new tag.
-    pub fn remove(&mut self, handle: u32) -> Result<Tensor, HandleError> {
+    pub fn remove(&mut self, handle: u32) -> Result<T, HandleError> {
         let slot = self.resolve(handle)?;
         let entry = &mut self.slots[slot];
         entry.generation = entry.generation.wrapping_add(1);
         self.free.push(slot as u32);
         self.live -= 1;
-        Ok(entry.tensor.take().expect("resolve checks liveness"))
+        Ok(entry.value.take().expect("resolve checks liveness"))
     }
 
     /// Number of live handles.
@@ -147,17 +164,8 @@ mod tests {
     fn handles_are_positive_i32s_for_every_salt() {
         for salt in [0, 0x7ff, 0x800, u32::MAX] {
             let mut table = HandleTable::new(salt);
-            let shape = crate::tensor::Layout::contiguous(&[]);
-            let t = crate::tensor::Tensor::from_storage(
-                std::sync::Arc::new(crate::tensor::Storage::new(
-                    crate::tensor::Buffer::F32(vec![1.0]),
-                    None,
-                )),
-                shape,
-                crate::device::topology::CoreId(0),
-            );
-            for _ in 0..3000 {
-                let h = table.insert(t.clone()).unwrap();
+            for i in 0..3000u32 {
+                let h = table.insert(i).unwrap();
                 assert!((h as i32) > 0, "handle {h:#x} with salt {salt:#x}");
                 table.remove(h).unwrap();
                 assert_eq!(table.get(h).err(), Some(HandleError::Stale(h)));

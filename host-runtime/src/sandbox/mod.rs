@@ -16,6 +16,7 @@ mod guest;
 mod handles;
 mod limits;
 mod output;
+mod tracing;
 
 pub use abi::{ErrorCode, IMPORTS, MODULE};
 pub use cache::{cache_root, ModuleSource};

@@ -146,6 +146,11 @@ impl Tensor {
         self.storage.buffer()
     }
 
+    /// An identity for the storage (equal for tensors that share it, while either lives).
+    pub fn storage_id(&self) -> usize {
+        Arc::as_ptr(&self.storage) as usize
+    }
+
     /// True when both tensors share the same storage.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)

@@ -48,7 +48,7 @@ pub(crate) fn coalesce<const N: usize>(
 
 /// Visits elements `start..end` (row-major positions in `shape`), calling `f(i, offsets)` where `i`
 /// counts from 0 at `start`.
-fn visit_range<const N: usize>(
+pub(crate) fn visit_range<const N: usize>(
     shape: &[usize],
     strides: &[Vec<usize>; N],
     base: [usize; N],

@@ -8,10 +8,12 @@
 //!   hides the rows not written yet. Every step has the same shapes, so the step compiles
 //!   once. This is the static KV-cache and bucketing idea.
 //!
-//! Both give the same next-token features. The experiment prints each step's input shape,
-//! how many distinct step shapes each way has seen, and the largest difference between the
-//! two ways. Today it runs eagerly; the compile issue turns each new shape into a visible
-//! recompile.
+//! The step is a compiled function, so each new shape is a visible recompile: the growing way
+//! recompiles every step until it reaches its recompile limit and falls back to eager; the
+//! padded way compiles once and then runs from the cache. Run it with
+//! `NEURONLAB_LOGS=recompiles` to see each reason. Both ways give the same next-token
+//! features; the experiment prints each step's input shape, how many distinct step shapes
+//! each way has seen, and the largest difference between the two ways.
 
 use neuronlab::prelude::*;
 use neuronlab::println;
@@ -40,23 +42,36 @@ fn weights() -> neuronlab::Result<Weights> {
     Ok(Weights { q: w(1)?, k: w(2)?, v: w(3)?, out: w(4)? })
 }
 
-/// One decoder step: attention of the newest token (row `last`) over rows `0..=last` of
-/// `tokens`, where `visible` (bool, `[rows]`) says which rows are real tokens. Returns the new
-/// token's features, `[1, D]`.
-fn step(w: &Weights, tokens: &Tensor, last: i64, visible: &Tensor) -> neuronlab::Result<Tensor> {
+/// One decoder step, compiled: `[tokens [rows, D], visible bool [rows], select [1, rows],
+/// wq, wk, wv, wo]` to the new token's features `[1, D]`. `select` is a one-hot row picking
+/// the newest token, so the step has no integer argument that would change its graph.
+fn step(args: &[Tensor]) -> neuronlab::Result<Vec<Tensor>> {
+    let [tokens, visible, select, wq, wk, wv, wo] = args else {
+        return Err(neuronlab::Error::new(neuronlab::ErrorKind::Invalid, "step takes 7 tensors"));
+    };
     let h = tokens.layer_norm(None, None)?;
-    let query = h.narrow(0, last, 1)?.matmul(&w.q)?; // [1, D]
-    let keys = h.matmul(&w.k)?; // [rows, D]
-    let values = h.matmul(&w.v)?; // [rows, D]
+    let query = select.matmul(&h)?.matmul(wq)?; // [1, D]
+    let keys = h.matmul(wk)?; // [rows, D]
+    let values = h.matmul(wv)?; // [rows, D]
     let scores = query.matmul(&keys.transpose()?)? / full(&[], (D as f64).sqrt())?; // [1, rows]
     let masked = visible.where_(&scores, &full(&[], f64::NEG_INFINITY)?)?;
     let attn = masked.softmax()?.matmul(&values)?; // [1, D]
-    attn.matmul(&w.out)?.tanh()
+    Ok(vec![attn.matmul(wo)?.tanh()?])
+}
+
+/// A one-hot `[1, rows]` row selecting `index`.
+fn one_hot(rows: i64, index: i64) -> neuronlab::Result<Tensor> {
+    let positions = arange_with(rows as f64, ArangeOptions::new().dtype(DType::I64))?;
+    let hit = positions.eq(&full_with(&[], index as f64, FullOptions::new().dtype(DType::I64))?)?;
+    hit.cast(DType::F32)?.unsqueeze(0)
 }
 
 fn run() -> neuronlab::Result<()> {
     let w = weights()?;
     let prompt = randn_with(&[PROMPT, D], RandnOptions::new().seed(7))?;
+    let names = ["tokens", "visible", "select", "wq", "wk", "wv", "wo"];
+    let growing_step = compile_with("decode_step (growing)", step, CompileOptions::new().input_names(&names))?;
+    let padded_step = compile_with("decode_step (padded)", step, CompileOptions::new().input_names(&names))?;
 
     // Growing: the input is exactly the tokens so far.
     let mut growing = prompt.try_clone()?;
@@ -64,7 +79,8 @@ fn run() -> neuronlab::Result<()> {
     let mut growing_out = Vec::new();
     for t in PROMPT..PROMPT + STEPS {
         let visible = ones_with(&[t], OnesOptions::new().dtype(DType::Bool))?;
-        let next = step(&w, &growing, t - 1, &visible)?;
+        let select = one_hot(t, t - 1)?;
+        let next = growing_step.call1(&[&growing, &visible, &select, &w.q, &w.k, &w.v, &w.out])?;
         if !growing_shapes.contains(&growing.shape()) {
             growing_shapes.push(growing.shape());
         }
@@ -80,7 +96,8 @@ fn run() -> neuronlab::Result<()> {
     let mut max_diff = 0.0f32;
     for (i, t) in (PROMPT..PROMPT + STEPS).enumerate() {
         let visible = positions.lt(&full_with(&[], t as f64, FullOptions::new().dtype(DType::I64))?)?;
-        let next = step(&w, &cache, t - 1, &visible)?;
+        let select = one_hot(CACHE, t - 1)?;
+        let next = padded_step.call1(&[&cache, &visible, &select, &w.q, &w.k, &w.v, &w.out])?;
         if !padded_shapes.contains(&cache.shape()) {
             padded_shapes.push(cache.shape());
         }

@@ -1,0 +1,216 @@
+//! Compiled functions, as `torch.compile`, and lazy mode, as torch-neuronx's XLA path.
+//!
+//! [`compile`] turns a function into a [`Compiled`] one. Calling it with inputs of a shape and
+//! dtype seen before runs the cached program without entering the function; a new signature
+//! traces and compiles it again, and the host reports why (`recompile 2/8 of 'step': input 0
+//! 'x' shape changed: expected [4, 64], got [5, 64]`). Reading a tensor's data inside the
+//! function ([`Tensor::to_vec`], [`Tensor::item`], printing it) is a graph break.
+//!
+//! [`lazy`] records the ops of a closure and runs them as one graph at its end (and at each
+//! [`sync`]), cached by graph hash.
+
+use std::cell::RefCell;
+
+use crate::attrs::Attrs;
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys;
+use crate::tensor::Tensor;
+
+/// A function that can be compiled: tensors in, tensors out.
+pub type Function = fn(&[Tensor]) -> Result<Vec<Tensor>>;
+
+thread_local! {
+    /// The error the last traced function returned, kept for its caller: the host only learns
+    /// that the trampoline failed.
+    static TRAMPOLINE_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// Options of [`compile_with`], named as in `torch.compile`.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    attrs: Attrs,
+}
+
+impl CompileOptions {
+    /// The defaults: recompile limit 8, run eagerly past it, graph breaks allowed.
+    pub fn new() -> CompileOptions {
+        CompileOptions::default()
+    }
+
+    /// Recompiles allowed before calls run eagerly (default 8).
+    pub fn recompile_limit(self, limit: i64) -> CompileOptions {
+        CompileOptions {
+            attrs: self.attrs.int("recompile_limit", limit),
+        }
+    }
+
+    /// Past the limit, fail instead of running eagerly.
+    pub fn fail_on_recompile(self) -> CompileOptions {
+        CompileOptions {
+            attrs: self.attrs.int("fail_on_recompile", 1),
+        }
+    }
+
+    /// Make a graph break an error.
+    pub fn fullgraph(self) -> CompileOptions {
+        CompileOptions {
+            attrs: self.attrs.int("fullgraph", 1),
+        }
+    }
+
+    /// Names of the inputs, used in recompile reasons (`input 0 'x' shape changed`).
+    pub fn input_names(self, names: &[&str]) -> CompileOptions {
+        CompileOptions {
+            attrs: self.attrs.str("input_names", &names.join(",")),
+        }
+    }
+}
+
+/// A compiled function. Calls with a known signature run the cached program.
+#[derive(Debug)]
+pub struct Compiled {
+    handle: i32,
+}
+
+/// Compiles `f` under `name` with default options.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::prelude::*;
+///
+/// fn mlp(x: &[Tensor]) -> neuronlab::Result<Vec<Tensor>> {
+///     Ok(vec![x[0].matmul(&x[1])?.gelu()?])
+/// }
+///
+/// let step = compile("mlp", mlp)?;
+/// let y = step.call1(&[&randn(&[8, 64])?, &randn(&[64, 64])?])?;
+/// ```
+pub fn compile(name: &str, f: Function) -> Result<Compiled> {
+    compile_with(name, f, CompileOptions::new())
+}
+
+/// Compiles `f` under `name` with `options`.
+///
+/// # Example
+///
+/// ```ignore
+/// let step = compile_with("step", step, CompileOptions::new().recompile_limit(4).input_names(&["x"]))?;
+/// ```
+pub fn compile_with(name: &str, f: Function, options: CompileOptions) -> Result<Compiled> {
+    // On wasm32 a function pointer is its index in the module's function table.
+    let fn_index = f as usize as i32;
+    let handle = sys::compile_fn(fn_index, name, options.attrs.as_bytes())?;
+    Ok(Compiled { handle })
+}
+
+impl Compiled {
+    /// Calls the function: from the cache when the signature is known, else by tracing it.
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let outs = step.call(&[&x, &w])?;
+    /// ```
+    pub fn call(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let handles: Vec<u32> = inputs.iter().map(|t| t.handle()).collect();
+        let mut max_outputs = 16;
+        loop {
+            let mut outputs = vec![0u32; max_outputs];
+            match sys::compile_call(self.handle, &handles, &mut outputs) {
+                Ok(n) => {
+                    return Ok(outputs[..n].iter().map(|&h| Tensor::from_handle(h)).collect());
+                }
+                Err(e) if e.kind() == ErrorKind::TooSmall && max_outputs < 1 << 16 => max_outputs *= 16,
+                Err(e) => return Err(TRAMPOLINE_ERROR.with(|t| t.borrow_mut().take()).unwrap_or(e)),
+            }
+        }
+    }
+
+    /// Calls a function that returns one tensor.
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let y = step.call1(&[&x])?;
+    /// ```
+    pub fn call1(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let mut outs = self.call(inputs)?;
+        if outs.len() != 1 {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!("call1 expects one output, the function returned {}", outs.len()),
+            ));
+        }
+        Ok(outs.remove(0))
+    }
+
+    /// What the host compiled: versions with their guards, graphs before and after the
+    /// passes, fused kernels, graph breaks with reasons.
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// neuronlab::println!("{}", step.explain()?);
+    /// ```
+    pub fn explain(&self) -> Result<String> {
+        sys::compile_explain(self.handle)
+    }
+}
+
+/// Runs `f` in lazy mode: its ops are recorded, then compiled (or found by graph hash) and run
+/// as one graph when it returns, or at each [`sync`] inside it.
+///
+/// # Example
+///
+/// ```ignore
+/// let y = lazy(|| {
+///     let h = x.matmul(&w)?.relu()?;
+///     h.softmax()
+/// })?;
+/// ```
+pub fn lazy<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+    sys::lazy_begin()?;
+    let result = f();
+    let ended = sys::lazy_end();
+    let value = result?;
+    ended?;
+    Ok(value)
+}
+
+/// Runs what lazy mode recorded so far, as `xm.mark_step()`; does nothing outside [`lazy`].
+///
+/// # Example
+///
+/// ```ignore
+/// lazy(|| { for _ in 0..4 { x = step(&x)?; sync()?; } Ok(()) })?;
+/// ```
+pub fn sync() -> Result<()> {
+    sys::lazy_sync()
+}
+
+/// The trampoline the host calls to run (and trace) a compiled function.
+#[unsafe(no_mangle)]
+pub extern "C" fn neuronlab_trampoline(fn_index: i32, n_args: i32) -> i32 {
+    let run = || -> Result<i32> {
+        let args = (0..n_args)
+            .map(|i| sys::compile_arg(i).map(Tensor::from_handle))
+            .collect::<Result<Vec<_>>>()?;
+        // SAFETY: the host passes back the index `compile_with` took from a `Function`
+        // pointer of this module, and on wasm32 a function pointer is that index.
+        let f: Function = unsafe { std::mem::transmute::<usize, Function>(fn_index as usize) };
+        let results = f(&args)?;
+        for r in &results {
+            sys::compile_result(r.handle())?;
+        }
+        Ok(results.len() as i32)
+    };
+    match run() {
+        Ok(n) => n,
+        Err(e) => {
+            let code = e.code();
+            TRAMPOLINE_ERROR.with(|t| *t.borrow_mut() = Some(e));
+            code
+        }
+    }
+}

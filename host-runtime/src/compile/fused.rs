@@ -1,0 +1,897 @@
+//! Fused kernels: their executable form, lowered from the fusion passes' groups, and the
+//! executor that runs them.
+//!
+//! A fused kernel works on *units* (output positions for an elementwise loop, rows for a row op
+//! or a matmul) a block at a time. Blocks are sized so that their working set, every operand
+//! and intermediate of the block, fits in about a core's L2 ([`BLOCK_BYTES`]), and they run in
+//! parallel. Within a block, each elementwise op of a [`Chain`] is one call of the op's
+//! registry block kernel on small dense buffers of the op's own dtype, so every intermediate
+//! is rounded exactly as eager rounds it and no intermediate ever has the full size. External
+//! operands are gathered for the block through their (broadcast) strides.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::graph::{Graph, ValueId};
+use super::passes::{def_of, Group, KernelPlan, Users};
+use crate::cancel::Token;
+use crate::device::cost::{CostModel, Engine, OpCost};
+use crate::device::figures::LAUNCH_OVERHEAD_S;
+use crate::device::{Bound, CoreId, ModeledTime};
+use crate::events::{EventKind, OpEvent, TensorSig};
+use crate::ops::attrs::ResolvedAttrs;
+use crate::ops::registry::{MetaArgs, OpDef, PointwiseArgs, RowArgs, RowFn};
+use crate::ops::{broadcast_strides, cast_block, RowBands};
+use crate::runtime::{guarded, op_error};
+use crate::tensor::strided::{self, PARALLEL_THRESHOLD};
+use crate::tensor::{Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta};
+use crate::{with_dtype, Error, Result, Runtime};
+
+/// The bytes of block-local buffers a block aims to stay within: about one core's L2, so a
+/// chain's operands and intermediates stay in cache from one op to the next.
+const BLOCK_BYTES: usize = 256 << 10;
+/// The fewest positions per elementwise block, so per-block overheads stay small.
+const MIN_BLOCK: usize = 1 << 10;
+/// The most positions per elementwise block.
+const MAX_BLOCK: usize = 1 << 14;
+/// The fewest rows per matmul band: `gemm` packs the right operand once per call.
+const MIN_BAND_ROWS: usize = 64;
+
+/// Positions per block for a working set of `bytes_per_position`.
+fn block_positions(bytes_per_position: usize) -> usize {
+    (BLOCK_BYTES / bytes_per_position.max(1)).clamp(MIN_BLOCK, MAX_BLOCK)
+}
+
+/// Where a chain step's operand comes from.
+#[derive(Clone, Copy, Debug)]
+enum Operand {
+    /// A chain source (an index into [`Chain::sources`]).
+    Source(usize),
+    /// The block the enclosing kernel hands in (a matmul band, a row op's output rows).
+    Block,
+    /// An earlier step.
+    Step(usize),
+}
+
+/// One elementwise op of a chain.
+#[derive(Clone)]
+struct Step {
+    def: &'static OpDef,
+    attrs: ResolvedAttrs,
+    block: fn(&PointwiseArgs) -> std::result::Result<Buffer, String>,
+    /// Each operand, and the dtype it is converted to first when that differs from its own.
+    args: Vec<(Operand, Option<DType>)>,
+    output: DType,
+    /// The node's operand metas, for errors that read as eager's.
+    metas: Vec<TensorMeta>,
+}
+
+/// Elementwise ops evaluated together over one shape, a block of positions at a time.
+#[derive(Clone)]
+struct Chain {
+    /// The loop's shape.
+    shape: Vec<usize>,
+    /// The kernel inputs the chain reads, by index into the kernel's inputs.
+    sources: Vec<usize>,
+    steps: Vec<Step>,
+    /// The steps whose values the kernel needs, in order (distinct).
+    results: Vec<usize>,
+    /// Bytes of one position across sources and steps: the block's working set per position.
+    bytes_per_position: usize,
+}
+
+/// A kernel input read for blocks of a chain's positions.
+struct Source<'t> {
+    tensor: &'t Tensor,
+    /// The loop shape and the tensor's strides over it, with contiguous dims merged.
+    shape: Vec<usize>,
+    strides: [Vec<usize>; 1],
+    /// The reads are one contiguous run: a block is a plain copy.
+    dense: bool,
+}
+
+impl<'t> Source<'t> {
+    fn new(tensor: &'t Tensor, loop_shape: &[usize]) -> Source<'t> {
+        let strides = broadcast_strides(tensor.layout(), loop_shape);
+        let (shape, strides) = strided::coalesce(loop_shape, [&strides]);
+        let dense = shape.is_empty() || (shape.len() == 1 && strides[0][0] == 1);
+        Source {
+            tensor,
+            shape,
+            strides,
+            dense,
+        }
+    }
+
+    /// Positions `start..start + len` of the loop, as a dense buffer of the tensor's dtype.
+    fn gather(&self, start: usize, len: usize) -> Buffer {
+        let offset = self.tensor.layout().offset;
+        with_dtype!(self.tensor.dtype(), T => {
+            let data = self.tensor.data::<T>();
+            T::into_buffer(if self.dense {
+                data[offset + start..offset + start + len].to_vec()
+            } else {
+                let mut out = Vec::with_capacity(len);
+                strided::visit_range(&self.shape, &self.strides, [offset], start, start + len,
+                    |_, [o]| out.push(data[o]));
+                out
+            })
+        })
+    }
+}
+
+impl Chain {
+    /// The chain's sources for one run.
+    fn prepare<'t>(&self, inputs: &[&'t Tensor]) -> Vec<Source<'t>> {
+        self.sources
+            .iter()
+            .map(|&i| Source::new(inputs[i], &self.shape))
+            .collect()
+    }
+
+    /// Runs the chain on positions `start..start + len`; `block` is the enclosing kernel's
+    /// block for those positions. Returns the values of [`Chain::results`], in order.
+    fn eval(
+        &self,
+        sources: &[Source],
+        block: Option<&Buffer>,
+        start: usize,
+        len: usize,
+    ) -> Result<Vec<Buffer>> {
+        let gathered: Vec<Buffer> = sources.iter().map(|s| s.gather(start, len)).collect();
+        let mut values: Vec<Option<Buffer>> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            let converted: Vec<std::borrow::Cow<Buffer>> = step
+                .args
+                .iter()
+                .map(|&(operand, to)| {
+                    let value = match operand {
+                        Operand::Source(i) => &gathered[i],
+                        Operand::Block => block.expect("kernels with a block operand pass it"),
+                        Operand::Step(j) => values[j].as_ref().expect("results are taken last"),
+                    };
+                    match to {
+                        Some(dtype) => std::borrow::Cow::Owned(cast_block(value, dtype)),
+                        None => std::borrow::Cow::Borrowed(value),
+                    }
+                })
+                .collect();
+            let refs: Vec<&Buffer> = converted.iter().map(|c| c.as_ref()).collect();
+            let out = (step.block)(&PointwiseArgs {
+                inputs: &refs,
+                attrs: &step.attrs,
+                output: step.output,
+            })
+            .map_err(|message| op_error(step.def, &step.metas, message))?;
+            values.push(Some(out));
+        }
+        Ok(self
+            .results
+            .iter()
+            .map(|&j| values[j].take().expect("results are distinct"))
+            .collect())
+    }
+}
+
+/// How a row kernel gets its input rows.
+#[derive(Clone)]
+enum RowInput {
+    /// From its prologue chain, as the chain's first result.
+    Prologue(Chain),
+    /// From kernel input `index`, of this shape.
+    Input { index: usize, shape: Vec<usize> },
+}
+
+/// A row kernel's input rows for one run.
+enum RowsIn<'c, 't> {
+    /// Computed by the prologue chain from these sources.
+    Chain(&'c Chain, Vec<Source<'t>>),
+    /// Read from a kernel input.
+    Source(Source<'t>),
+}
+
+/// Where a row kernel's output comes from.
+#[derive(Clone, Copy)]
+enum Tap {
+    /// The prologue's result (input-row sized).
+    Prologue(usize),
+    /// The row op's output.
+    Row,
+    /// The epilogue's result.
+    Epilogue(usize),
+}
+
+/// What a fused kernel computes.
+#[derive(Clone)]
+enum Body {
+    /// Elementwise ops in one loop; the outputs are the chain's results.
+    Elementwise(Chain),
+    /// A matmul of kernel inputs `a` and `b` with an epilogue whose results are the outputs.
+    Matmul {
+        a: usize,
+        b: usize,
+        def: &'static OpDef,
+        metas: Vec<TensorMeta>,
+        out: DType,
+        epilogue: Chain,
+    },
+    /// A row op between an optional prologue and epilogue.
+    Rows {
+        input: RowInput,
+        def: &'static OpDef,
+        prepare: fn(&RowArgs) -> std::result::Result<RowFn, String>,
+        attrs: ResolvedAttrs,
+        metas: Vec<TensorMeta>,
+        /// Kernel inputs of the row op's other operands (weight, bias).
+        params: Vec<usize>,
+        /// Elements per input row and per output row.
+        row: (usize, usize),
+        epilogue: Option<Chain>,
+        taps: Vec<Tap>,
+    },
+}
+
+/// Work of a fused kernel, for the cost model.
+#[derive(Clone, Debug)]
+struct Cost {
+    /// The members' costs; elementwise flops scaled to the positions the loop computes.
+    parts: Vec<OpCost>,
+    /// Bytes of the kernel's inputs, each read once.
+    bytes_read: f64,
+    /// Bytes of its outputs, each written once.
+    bytes_written: f64,
+}
+
+impl Cost {
+    /// One launch, the engines overlapped (each busy for its own members' flops), and the
+    /// kernel's real HBM traffic: only its inputs and outputs, no intermediates.
+    fn modeled(&self, model: &CostModel) -> ModeledTime {
+        let engines = [Engine::Tensor, Engine::Vector, Engine::Scalar];
+        let mut busy = [0.0f64; 3];
+        for part in &self.parts {
+            if let Some(e) = engines.iter().position(|&e| e == part.engine) {
+                let flops = match part.matmul {
+                    Some(dims) => dims.padded_flops(),
+                    None => part.flops,
+                };
+                busy[e] += flops / model.peak_flops(part.engine, part.dtype);
+            }
+        }
+        let compute_s = busy.into_iter().fold(0.0, f64::max);
+        let memory_s = (self.bytes_read + self.bytes_written) / model.topology().hbm_bandwidth();
+        let launch_s = LAUNCH_OVERHEAD_S;
+        let work_s = compute_s.max(memory_s);
+        let bound = if launch_s >= work_s {
+            Bound::Launch
+        } else if compute_s >= memory_s {
+            Bound::Compute
+        } else {
+            Bound::Memory
+        };
+        ModeledTime {
+            compute_s,
+            memory_s,
+            launch_s,
+            total_s: launch_s + work_s,
+            bound,
+        }
+    }
+}
+
+/// A fused kernel: several graph nodes run as one loop nest.
+#[derive(Clone)]
+pub(crate) struct Fused {
+    /// Its description: `fused[` and the member ops in order, e.g. `fused[mul,add,gelu]`.
+    pub name: String,
+    /// The graph nodes it runs, in graph order.
+    pub nodes: Vec<usize>,
+    /// The values it reads.
+    pub inputs: Vec<ValueId>,
+    /// The values it writes.
+    pub outputs: Vec<ValueId>,
+    input_metas: Vec<TensorMeta>,
+    output_metas: Vec<TensorMeta>,
+    body: Body,
+    cost: Cost,
+}
+
+/// Collects a kernel's inputs while its chains are lowered.
+struct Lowering<'g> {
+    graph: &'g Graph,
+    users: &'g Users,
+    /// Which nodes the kernel runs.
+    inside: Vec<bool>,
+    inputs: Vec<ValueId>,
+    parts: Vec<OpCost>,
+}
+
+impl Lowering<'_> {
+    /// The kernel input index of `v`, added on first use.
+    fn input(&mut self, v: ValueId) -> usize {
+        match self.inputs.iter().position(|&x| x == v) {
+            Some(i) => i,
+            None => {
+                self.inputs.push(v);
+                self.inputs.len() - 1
+            }
+        }
+    }
+
+    /// True when `v` is needed after the kernel: a graph output or read by another kernel.
+    fn escapes(&self, v: ValueId) -> bool {
+        self.users.is_output[v.0 as usize]
+            || self.users.of[v.0 as usize].iter().any(|&u| !self.inside[u])
+    }
+
+    fn metas_of(&self, values: &[ValueId]) -> Vec<TensorMeta> {
+        values.iter().map(|&v| self.graph.meta(v).clone()).collect()
+    }
+
+    /// A node's registry cost.
+    fn cost_of(&self, n: usize) -> (OpCost, &'static OpDef, ResolvedAttrs, Vec<TensorMeta>) {
+        let node = &self.graph.nodes[n];
+        let def = def_of(node);
+        let attrs = ResolvedAttrs::resolve(def.attrs, &node.attrs)
+            .expect("graph attributes were resolved when the node was added");
+        let metas = self.metas_of(&node.inputs);
+        let outputs = self.metas_of(&node.outputs);
+        let cost = (def.cost)(
+            &MetaArgs {
+                inputs: &metas,
+                attrs: &attrs,
+            },
+            &outputs,
+        );
+        (cost, def, attrs, metas)
+    }
+
+    /// Lowers `group` to a chain. `block` is the value the enclosing kernel hands in as a
+    /// block; `needed` are values the kernel uses itself. The chain's results are `needed`,
+    /// then the group's values that escape the kernel; the escaping ones are returned.
+    fn chain(
+        &mut self,
+        group: &Group,
+        block: Option<ValueId>,
+        needed: &[ValueId],
+    ) -> (Chain, Vec<ValueId>) {
+        let g = self.graph;
+        let numel: usize = group.shape.iter().product();
+        let mut sources: Vec<usize> = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
+        let mut step_of: Vec<(ValueId, usize)> = Vec::new();
+        let mut bytes_per_position = 0;
+        for &n in &group.nodes {
+            let node = &g.nodes[n];
+            let (mut cost, def, attrs, metas) = self.cost_of(n);
+            let out = g.meta(node.outputs[0]).clone();
+            // A member smaller than the loop is recomputed at every position it broadcasts to.
+            cost.flops *= numel as f64 / out.numel().max(1) as f64;
+            self.parts.push(cost);
+            let pointwise = def
+                .pointwise
+                .expect("elementwise groups hold pointwise ops only");
+            let dtypes = (pointwise.operands)(
+                &MetaArgs {
+                    inputs: &metas,
+                    attrs: &attrs,
+                },
+                &out,
+            );
+            let mut args = Vec::with_capacity(node.inputs.len());
+            for (&v, &to) in node.inputs.iter().zip(&dtypes) {
+                let operand = if Some(v) == block {
+                    Operand::Block
+                } else if let Some(&(_, j)) = step_of.iter().find(|(x, _)| *x == v) {
+                    Operand::Step(j)
+                } else {
+                    let input = self.input(v);
+                    let i = match sources.iter().position(|&s| s == input) {
+                        Some(i) => i,
+                        None => {
+                            sources.push(input);
+                            bytes_per_position += g.meta(v).dtype.size();
+                            sources.len() - 1
+                        }
+                    };
+                    Operand::Source(i)
+                };
+                let from = g.meta(v).dtype;
+                if from != to {
+                    bytes_per_position += to.size();
+                }
+                args.push((operand, (from != to).then_some(to)));
+            }
+            bytes_per_position += out.dtype.size();
+            step_of.push((node.outputs[0], steps.len()));
+            steps.push(Step {
+                def,
+                attrs,
+                block: pointwise.block,
+                args,
+                output: out.dtype,
+                metas,
+            });
+        }
+        let escaping: Vec<ValueId> = step_of
+            .iter()
+            .map(|&(v, _)| v)
+            .filter(|&v| self.escapes(v) && !needed.contains(&v))
+            .collect();
+        let results = needed
+            .iter()
+            .chain(&escaping)
+            .map(|v| {
+                step_of
+                    .iter()
+                    .find(|(x, _)| x == v)
+                    .map(|&(_, j)| j)
+                    .expect("results are group values")
+            })
+            .collect();
+        let chain = Chain {
+            shape: group.shape.clone(),
+            sources,
+            steps,
+            results,
+            bytes_per_position,
+        };
+        (chain, escaping)
+    }
+}
+
+impl Fused {
+    /// The fused kernel of `plan`, or `None` for a plain op.
+    pub(crate) fn lower(g: &Graph, users: &Users, plan: &KernelPlan) -> Option<Fused> {
+        let mut inside = vec![false; g.nodes.len()];
+        for n in plan.nodes() {
+            inside[n] = true;
+        }
+        let mut low = Lowering {
+            graph: g,
+            users,
+            inside,
+            inputs: Vec::new(),
+            parts: Vec::new(),
+        };
+        let mut names: Vec<&'static str> = Vec::new();
+        let group_names = |group: &Group| -> Vec<&'static str> {
+            group.nodes.iter().map(|&n| g.nodes[n].name()).collect()
+        };
+        let (body, outputs) = match plan {
+            KernelPlan::Op(_) => return None,
+            KernelPlan::Elementwise(group) => {
+                names.extend(group_names(group));
+                let (chain, outputs) = low.chain(group, None, &[]);
+                (Body::Elementwise(chain), outputs)
+            }
+            KernelPlan::Matmul { node, epilogue } => {
+                let mm = &g.nodes[*node];
+                let (cost, def, _, metas) = low.cost_of(*node);
+                low.parts.push(cost);
+                let (a, b) = (low.input(mm.inputs[0]), low.input(mm.inputs[1]));
+                names.push(def.name);
+                names.extend(group_names(epilogue));
+                let (chain, outputs) = low.chain(epilogue, Some(mm.outputs[0]), &[]);
+                let body = Body::Matmul {
+                    a,
+                    b,
+                    def,
+                    metas,
+                    out: g.meta(mm.outputs[0]).dtype,
+                    epilogue: chain,
+                };
+                (body, outputs)
+            }
+            KernelPlan::Rows {
+                node,
+                prologue,
+                epilogue,
+            } => {
+                let rn = &g.nodes[*node];
+                let (x, y) = (rn.inputs[0], rn.outputs[0]);
+                let mut outputs = Vec::new();
+                let mut taps = Vec::new();
+                let input = match prologue {
+                    Some(group) => {
+                        names.extend(group_names(group));
+                        let (chain, escaping) = low.chain(group, None, &[x]);
+                        let x_escapes = low.escapes(x);
+                        if x_escapes {
+                            outputs.push(x);
+                            taps.push(Tap::Prologue(0));
+                        }
+                        for (i, v) in escaping.into_iter().enumerate() {
+                            outputs.push(v);
+                            taps.push(Tap::Prologue(i + 1));
+                        }
+                        RowInput::Prologue(chain)
+                    }
+                    None => RowInput::Input {
+                        index: low.input(x),
+                        shape: g.meta(x).shape.clone(),
+                    },
+                };
+                let (cost, def, attrs, metas) = low.cost_of(*node);
+                low.parts.push(cost);
+                names.push(def.name);
+                let params = rn.inputs[1..].iter().map(|&v| low.input(v)).collect();
+                let rowwise = def.rowwise.expect("the reduction pass fuses row ops only");
+                let rows = (rowwise.rows)(&MetaArgs {
+                    inputs: &metas,
+                    attrs: &attrs,
+                })
+                .expect("the reduction pass fuses whole-row applications only");
+                if epilogue.is_none() || low.escapes(y) {
+                    outputs.push(y);
+                    taps.push(Tap::Row);
+                }
+                let epilogue = epilogue.as_ref().map(|group| {
+                    names.extend(group_names(group));
+                    let (chain, escaping) = low.chain(group, Some(y), &[]);
+                    for (i, v) in escaping.into_iter().enumerate() {
+                        outputs.push(v);
+                        taps.push(Tap::Epilogue(i));
+                    }
+                    chain
+                });
+                let body = Body::Rows {
+                    input,
+                    def,
+                    prepare: rowwise.prepare,
+                    attrs,
+                    metas,
+                    params,
+                    row: rows,
+                    epilogue,
+                    taps,
+                };
+                (body, outputs)
+            }
+        };
+        let input_metas = low.metas_of(&low.inputs);
+        let output_metas = low.metas_of(&outputs);
+        let bytes = |ms: &[TensorMeta]| ms.iter().map(|m| m.nbytes() as f64).sum();
+        Some(Fused {
+            name: format!("fused[{}]", names.join(",")),
+            nodes: plan.nodes(),
+            cost: Cost {
+                parts: low.parts,
+                bytes_read: bytes(&input_metas),
+                bytes_written: bytes(&output_metas),
+            },
+            inputs: low.inputs,
+            outputs,
+            input_metas,
+            output_metas,
+            body,
+        })
+    }
+
+    /// Runs the kernel on `inputs` (its [`Fused::inputs`], on `core`): reserves its outputs in
+    /// the core's HBM first, computes, and publishes one op event named after the kernel.
+    pub(crate) fn run(
+        &self,
+        rt: &Runtime,
+        core: CoreId,
+        inputs: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let start_us = rt.bus().now_us();
+        let started = Instant::now();
+        let mut allocations = Vec::with_capacity(self.output_metas.len());
+        for m in &self.output_metas {
+            let allocation = rt
+                .memory()
+                .reserve(core, m.nbytes() as u64)
+                .map_err(|source| Error::OpOutOfMemory {
+                    op: self.name.clone(),
+                    operands: self.operands(),
+                    source,
+                })?;
+            allocations.push(allocation);
+        }
+        let buffers = guarded(&self.name, || self.compute(inputs))??;
+        let outputs = buffers
+            .into_iter()
+            .zip(allocations)
+            .zip(&self.output_metas)
+            .map(|((buffer, allocation), m)| {
+                debug_assert_eq!((buffer.dtype(), buffer.len()), (m.dtype, m.numel()));
+                let storage = Arc::new(Storage::new(buffer, Some(allocation)));
+                Tensor::from_storage(storage, Layout::contiguous(&m.shape), core)
+            })
+            .collect();
+        let sig = |m: &TensorMeta| TensorSig {
+            shape: m.shape.clone(),
+            dtype: m.dtype,
+        };
+        rt.bus().publish_at(
+            core,
+            start_us,
+            EventKind::Op(OpEvent {
+                name: self.name.clone(),
+                inputs: self.input_metas.iter().map(sig).collect(),
+                outputs: self.output_metas.iter().map(sig).collect(),
+                flops: self.cost.parts.iter().map(|p| p.flops).sum(),
+                bytes: self.cost.bytes_read + self.cost.bytes_written,
+                host_us: started.elapsed().as_secs_f64() * 1e6,
+                modeled: self.cost.modeled(rt.cost_model()),
+            }),
+        );
+        Ok(outputs)
+    }
+
+    /// The operands as errors list them: `%3: f32[8, 128], %5: f32[128]`.
+    fn operands(&self) -> String {
+        self.inputs
+            .iter()
+            .zip(&self.input_metas)
+            .map(|(v, m)| format!("{v}: {m}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn compute(&self, inputs: &[&Tensor]) -> Result<Vec<Buffer>> {
+        let specs = |per_unit: &dyn Fn(usize) -> usize| -> Vec<(DType, usize)> {
+            self.output_metas
+                .iter()
+                .enumerate()
+                .map(|(j, m)| (m.dtype, per_unit(j)))
+                .collect()
+        };
+        match &self.body {
+            Body::Elementwise(chain) => {
+                let sources = chain.prepare(inputs);
+                let units: usize = chain.shape.iter().product();
+                let block = block_positions(chain.bytes_per_position);
+                run_blocks(units, block, units, &specs(&|_| 1), |u0, u1, out| {
+                    for (j, value) in chain.eval(&sources, None, u0, u1 - u0)?.iter().enumerate() {
+                        out.put(j, value);
+                    }
+                    Ok(())
+                })
+            }
+            Body::Matmul {
+                a,
+                b,
+                def,
+                metas,
+                out,
+                epilogue,
+            } => {
+                let bands = RowBands::new(inputs[*a], inputs[*b], *out)
+                    .map_err(|message| op_error(def, metas, message))?;
+                let sources = epilogue.prepare(inputs);
+                let (rows, n) = (bands.rows(), bands.row_len());
+                let band =
+                    (block_positions(epilogue.bytes_per_position) / n.max(1)).max(MIN_BAND_ROWS);
+                // Bands run in parallel; a single band lets gemm use the threads instead.
+                let single = rows <= band;
+                run_blocks(rows, band, rows * n, &specs(&|_| n), |r0, r1, out| {
+                    let y = bands.compute(r0, r1, single);
+                    let values = epilogue.eval(&sources, Some(&y), r0 * n, (r1 - r0) * n)?;
+                    for (j, value) in values.iter().enumerate() {
+                        out.put(j, value);
+                    }
+                    Ok(())
+                })
+            }
+            Body::Rows {
+                input,
+                def,
+                prepare,
+                attrs,
+                metas,
+                params,
+                row: (n_in, n_out),
+                epilogue,
+                taps,
+            } => {
+                let (n_in, n_out) = (*n_in, *n_out);
+                let param_tensors: Vec<&Tensor> = params.iter().map(|&i| inputs[i]).collect();
+                let row_fn = prepare(&RowArgs {
+                    params: &param_tensors,
+                    attrs,
+                    input: metas[0].dtype,
+                    row: n_in,
+                })
+                .map_err(|message| op_error(def, metas, message))?;
+                let rows_in = match input {
+                    RowInput::Prologue(chain) => RowsIn::Chain(chain, chain.prepare(inputs)),
+                    RowInput::Input { index, shape } => {
+                        RowsIn::Source(Source::new(inputs[*index], shape))
+                    }
+                };
+                let epilogue = epilogue.as_ref().map(|c| (c, c.prepare(inputs)));
+                let units = metas[0].numel() / n_in;
+                let prologue_bytes = match &rows_in {
+                    RowsIn::Chain(chain, ..) => chain.bytes_per_position,
+                    RowsIn::Source(_) => 0,
+                };
+                let bytes_per_row = n_in * (metas[0].dtype.size() + prologue_bytes)
+                    + n_out * epilogue.as_ref().map_or(1, |(c, _)| c.bytes_per_position);
+                let block = (BLOCK_BYTES / bytes_per_row.max(1)).max(1);
+                let per_unit = |j: usize| match taps[j] {
+                    Tap::Prologue(_) => n_in,
+                    Tap::Row | Tap::Epilogue(_) => n_out,
+                };
+                run_blocks(
+                    units,
+                    block,
+                    units * n_in,
+                    &specs(&per_unit),
+                    |r0, r1, out| {
+                        let rows = r1 - r0;
+                        // The row op's input rows come first.
+                        let pro = match &rows_in {
+                            RowsIn::Chain(chain, sources) => {
+                                chain.eval(sources, None, r0 * n_in, rows * n_in)?
+                            }
+                            RowsIn::Source(source) => vec![source.gather(r0 * n_in, rows * n_in)],
+                        };
+                        let y = row_fn(&pro[0]);
+                        let epi = match &epilogue {
+                            Some((chain, sources)) => {
+                                chain.eval(sources, Some(&y), r0 * n_out, rows * n_out)?
+                            }
+                            None => Vec::new(),
+                        };
+                        for (j, tap) in taps.iter().enumerate() {
+                            out.put(
+                                j,
+                                match *tap {
+                                    Tap::Prologue(i) => &pro[i],
+                                    Tap::Row => &y,
+                                    Tap::Epilogue(i) => &epi[i],
+                                },
+                            );
+                        }
+                        Ok(())
+                    },
+                )
+            }
+        }
+    }
+}
+
+/// A raw output pointer that blocks on several threads write disjoint ranges through.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: `run_blocks` hands each block a distinct range of units, so no two threads write the
+// same bytes, and nothing reads them until every block has finished.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+/// Runs `$body` with `$v` bound to the vector inside a buffer, whatever its dtype.
+macro_rules! with_vec {
+    ($buffer:expr, $v:ident => $body:expr) => {
+        match $buffer {
+            Buffer::F32($v) => $body,
+            Buffer::Bf16($v) => $body,
+            Buffer::F16($v) => $body,
+            Buffer::F64($v) => $body,
+            Buffer::I64($v) => $body,
+            Buffer::I32($v) => $body,
+            Buffer::U8($v) => $body,
+            Buffer::Bool($v) => $body,
+        }
+    };
+}
+
+/// Full-size kernel outputs, filled block by block.
+struct Outputs {
+    buffers: Vec<Buffer>,
+    ptrs: Vec<SendPtr>,
+    dtypes: Vec<DType>,
+    per_unit: Vec<usize>,
+    units: usize,
+}
+
+impl Outputs {
+    fn new(specs: &[(DType, usize)], units: usize) -> Outputs {
+        let mut buffers: Vec<Buffer> = specs
+            .iter()
+            .map(|&(dtype, per_unit)| {
+                with_dtype!(dtype, T => T::into_buffer(Vec::with_capacity(units * per_unit)))
+            })
+            .collect();
+        let ptrs = buffers
+            .iter_mut()
+            .map(|b| with_vec!(b, v => SendPtr(v.as_mut_ptr().cast::<u8>())))
+            .collect();
+        Outputs {
+            buffers,
+            ptrs,
+            dtypes: specs.iter().map(|s| s.0).collect(),
+            per_unit: specs.iter().map(|s| s.1).collect(),
+            units,
+        }
+    }
+
+    /// The buffers, once every unit of every output has been written.
+    fn finish(mut self) -> Vec<Buffer> {
+        for (b, &per_unit) in self.buffers.iter_mut().zip(&self.per_unit) {
+            // SAFETY: every block wrote all of its units of every output (`run_blocks` checks
+            // this), the blocks cover `0..units`, and the capacity is `units * per_unit`.
+            with_vec!(b, v => unsafe { v.set_len(self.units * per_unit) });
+        }
+        self.buffers
+    }
+}
+
+/// What a block may write: its own units of each output.
+struct BlockWriter<'a> {
+    outputs: &'a Outputs,
+    units: std::ops::Range<usize>,
+    written: Vec<bool>,
+}
+
+impl BlockWriter<'_> {
+    /// Writes the block's values of output `j`.
+    fn put(&mut self, j: usize, values: &Buffer) {
+        let o = self.outputs;
+        let per_unit = o.per_unit[j];
+        let len = self.units.len() * per_unit;
+        assert!(
+            values.dtype() == o.dtypes[j] && values.len() == len,
+            "a fused block computed {} {} values for {len} {} slots",
+            values.len(),
+            values.dtype(),
+            o.dtypes[j]
+        );
+        let size = o.dtypes[j].size();
+        let src = with_vec!(values, v => v.as_ptr().cast::<u8>());
+        // SAFETY: the destination range `units * per_unit` elements from the block's first
+        // unit lies within the capacity (units end at most at `o.units`), belongs to this block
+        // alone, and has the source's element type, checked above; bytes of that type copied
+        // from a valid buffer are valid values.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src,
+                o.ptrs[j].0.add(self.units.start * per_unit * size),
+                len * size,
+            );
+        }
+        self.written[j] = true;
+    }
+}
+
+/// Runs `f` on blocks of `block` units out of `units`, in parallel when the kernel touches at
+/// least [`PARALLEL_THRESHOLD`] elements (`work`), and returns the outputs `specs` describes
+/// (dtype, elements per unit). Each block checks the calling thread's cancel token first.
+fn run_blocks(
+    units: usize,
+    block: usize,
+    work: usize,
+    specs: &[(DType, usize)],
+    f: impl Fn(usize, usize, &mut BlockWriter) -> Result<()> + Sync,
+) -> Result<Vec<Buffer>> {
+    let outputs = Outputs::new(specs, units);
+    let token = Token::current();
+    let block = block.max(1);
+    let run = |b: usize| -> Result<()> {
+        token.check();
+        let u0 = b * block;
+        let u1 = (u0 + block).min(units);
+        let mut writer = BlockWriter {
+            outputs: &outputs,
+            units: u0..u1,
+            written: vec![false; specs.len()],
+        };
+        f(u0, u1, &mut writer)?;
+        assert!(
+            writer.written.iter().all(|&w| w),
+            "a fused block left an output unwritten"
+        );
+        Ok(())
+    };
+    let blocks = units.div_ceil(block);
+    if work < PARALLEL_THRESHOLD || blocks < 2 {
+        (0..blocks).try_for_each(run)?;
+    } else {
+        (0..blocks).into_par_iter().try_for_each(run)?;
+    }
+    Ok(outputs.finish())
+}

@@ -1,0 +1,677 @@
+//! The compile and lazy imports: tracing guest functions through the trampoline, graph breaks,
+//! lazy mode, and running cached programs without entering the guest (guest-sdk/ABI.md,
+//! "compile").
+//!
+//! While a recording is active, `op_call` records instead of running, and the handles it
+//! returns are [`GuestValue::Traced`]. Reading a traced tensor's data is a sync point: in lazy
+//! mode it simply flushes (as touching a tensor does under torch-neuronx's XLA path); inside a
+//! compiled function it is a graph break, reported with its reason, or an error under
+//! `fullgraph`.
+
+use std::sync::Arc;
+
+use wasmtime::Extern;
+
+use super::abi::{
+    insert, read, read_str, value, write, write_capped, Ctx, ErrorCode, Fail, HostResult,
+};
+use crate::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
+use crate::compile::graph::{Producer, ValueId};
+use crate::compile::guards::Signature;
+use crate::compile::recorder::Recorder;
+use crate::events::{CacheSource, EventKind, LimitAction, LogLevel};
+use crate::tensor::{Tensor, TensorMeta};
+
+/// What a guest handle holds.
+#[derive(Clone, Debug)]
+pub enum GuestValue {
+    /// A real tensor.
+    Eager(Tensor),
+    /// A value of the active recording.
+    Traced(ValueId),
+    /// A traced value whose recording ended without it; the message says why.
+    Gone(String),
+}
+
+/// Why a recording is active.
+enum Kind {
+    /// `lazy_begin` .. `lazy_end`.
+    Lazy,
+    /// Tracing compiled function number `index`.
+    Function { index: usize },
+}
+
+struct Active {
+    recorder: Recorder,
+    kind: Kind,
+}
+
+/// Arguments and results of one trampoline call.
+struct Frame {
+    args: Vec<GuestValue>,
+    results: Vec<GuestValue>,
+}
+
+/// The compile state of one guest instance.
+#[derive(Default)]
+pub struct Tracing {
+    active: Option<Active>,
+    functions: Vec<CompiledFunction>,
+    frames: Vec<Frame>,
+}
+
+impl Tracing {
+    /// True while ops are recorded instead of run.
+    pub fn recording(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// The shape and dtype of a traced value.
+    pub fn meta(&self, v: ValueId) -> Option<TensorMeta> {
+        self.active
+            .as_ref()
+            .map(|a| a.recorder.graph().meta(v).clone())
+    }
+
+    /// Records `op` on `inputs` (bound or traced), returning traced outputs.
+    pub fn record(
+        &mut self,
+        op: crate::ops::OpId,
+        inputs: &[GuestValue],
+        attrs: &crate::ops::Attrs,
+    ) -> HostResult<Vec<GuestValue>> {
+        let active = self
+            .active
+            .as_mut()
+            .expect("record is called while recording");
+        let ids = inputs
+            .iter()
+            .map(|v| match v {
+                GuestValue::Traced(id) => Ok(*id),
+                GuestValue::Eager(t) => Ok(active.recorder.bind(t)),
+                GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
+            })
+            .collect::<HostResult<Vec<_>>>()?;
+        let outs = active.recorder.op(op, &ids, attrs)?;
+        Ok(outs.into_iter().map(GuestValue::Traced).collect())
+    }
+}
+
+/// A failure of a compile import: a status for the guest, or a trap to pass through.
+enum CallError {
+    Fail(Fail),
+    Trap(wasmtime::Error),
+}
+
+impl From<Fail> for CallError {
+    fn from(f: Fail) -> CallError {
+        CallError::Fail(f)
+    }
+}
+
+impl From<crate::Error> for CallError {
+    fn from(e: crate::Error) -> CallError {
+        CallError::Fail(Fail::from(e))
+    }
+}
+
+/// Runs the flush of the active recording: every live traced value (in handles and in
+/// trampoline frames) gets its real value. The recording continues, empty.
+fn sync(c: &mut Ctx, label: &str) -> HostResult<()> {
+    let state = c.data_mut();
+    let Some(active) = state.tracing.active.as_mut() else {
+        return Ok(());
+    };
+    let recorder = std::mem::take(&mut active.recorder);
+    let mut live: Vec<ValueId> = Vec::new();
+    let frames = state
+        .tracing
+        .frames
+        .iter()
+        .flat_map(|f| f.args.iter().chain(&f.results));
+    for v in state.handles.values().chain(frames) {
+        if let GuestValue::Traced(id) = v {
+            if !live.contains(id) {
+                live.push(*id);
+            }
+        }
+    }
+    let (rt, core) = (state.runtime.clone(), state.core);
+    let tensors = crate::cancel::with_token(state.interrupt.clone(), || {
+        recorder.flush(&rt, core, &live, label)
+    })?;
+    let resolve = |v: &mut GuestValue| {
+        if let GuestValue::Traced(id) = v {
+            let i = live
+                .iter()
+                .position(|l| l == id)
+                .expect("every live value was flushed");
+            *v = GuestValue::Eager(tensors[i].clone());
+        }
+    };
+    state.handles.values_mut().for_each(resolve);
+    for f in &mut state.tracing.frames {
+        f.args
+            .iter_mut()
+            .chain(f.results.iter_mut())
+            .for_each(resolve);
+    }
+    Ok(())
+}
+
+/// Ends the active recording, marking any traced value still held as gone.
+fn abandon(c: &mut Ctx, why: &str) {
+    let state = c.data_mut();
+    state.tracing.active = None;
+    for v in state.handles.values_mut() {
+        if let GuestValue::Traced(_) = v {
+            *v = GuestValue::Gone(why.to_string());
+        }
+    }
+}
+
+/// Called before a guest reads the data of handle `h` (`what` names the read). A traced value
+/// is made real first: a sync in lazy mode, a graph break in a compiled function.
+pub fn before_data_read(c: &mut Ctx, h: i32, what: &str) -> HostResult<Tensor> {
+    let v = value(c, h)?;
+    let GuestValue::Traced(id) = v else {
+        return match v {
+            GuestValue::Eager(t) => Ok(t),
+            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+            GuestValue::Traced(_) => unreachable!("handled below"),
+        };
+    };
+    let state = c.data_mut();
+    let active = state
+        .tracing
+        .active
+        .as_ref()
+        .expect("traced values exist only while recording");
+    let producer = match &active.recorder.graph().producers[id.0 as usize] {
+        Producer::Node { node, .. } => active.recorder.graph().nodes[*node].name().to_string(),
+        Producer::Input(_) => "an input".to_string(),
+        Producer::Constant(_) => "a constant".to_string(),
+    };
+    let label = match active.kind {
+        Kind::Lazy => "lazy graph (synced by a data read)".to_string(),
+        Kind::Function { index } => {
+            let f = &mut state.tracing.functions[index];
+            if f.options.fullgraph {
+                return Err(Fail(
+                    ErrorCode::Op,
+                    format!(
+                        "graph break in '{}' with fullgraph set: {what} reads the data of a traced \
+                         tensor (produced by {producer}); move the read out of the compiled \
+                         function, or compile without fullgraph",
+                        f.name
+                    ),
+                ));
+            }
+            let reason = format!("{what} reads the data of a traced tensor");
+            let entry = format!("{reason} (produced by {producer})");
+            if !f.breaks.contains(&entry) {
+                f.breaks.push(entry);
+            }
+            let name = f.name.clone();
+            state.runtime.bus().publish(
+                state.core,
+                EventKind::GraphBreak {
+                    function: name.clone(),
+                    reason,
+                    op: producer,
+                },
+            );
+            format!("graph of '{name}' up to a break")
+        }
+    };
+    sync(c, &label)?;
+    match value(c, h)? {
+        GuestValue::Eager(t) => Ok(t),
+        other => Err(Fail(
+            ErrorCode::Handle,
+            format!("handle {h:#x} could not be made real: {other:?}"),
+        )),
+    }
+}
+
+/// Calls the guest's trampoline for function-table entry `fn_index` with `args`.
+fn enter(c: &mut Ctx, fn_index: u32, args: Vec<GuestValue>) -> Result<Vec<GuestValue>, CallError> {
+    let func = match c.get_export("neuronlab_trampoline") {
+        Some(Extern::Func(f)) => f,
+        _ => {
+            return Err(Fail(
+                ErrorCode::Invalid,
+                "the module does not export neuronlab_trampoline; build it with the neuronlab SDK (see ABI.md)".into(),
+            )
+            .into())
+        }
+    };
+    let typed = func.typed::<(i32, i32), i32>(&*c).map_err(|_| {
+        Fail(
+            ErrorCode::Invalid,
+            "neuronlab_trampoline must have the type (i32, i32) -> i32 (see ABI.md)".into(),
+        )
+    })?;
+    let n = args.len() as i32;
+    c.data_mut().tracing.frames.push(Frame {
+        args,
+        results: Vec::new(),
+    });
+    let status = typed.call(&mut *c, (fn_index as i32, n));
+    let frame = c.data_mut().tracing.frames.pop().expect("pushed above");
+    let status = status.map_err(CallError::Trap)?;
+    if status < 0 {
+        return Err(Fail(
+            ErrorCode::Op,
+            format!("the compiled function returned an error (status {status})"),
+        )
+        .into());
+    }
+    Ok(frame.results)
+}
+
+fn eager_tensors(values: Vec<GuestValue>) -> HostResult<Vec<Tensor>> {
+    values
+        .into_iter()
+        .map(|v| match v {
+            GuestValue::Eager(t) => Ok(t),
+            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+            GuestValue::Traced(_) => Err(Fail(
+                ErrorCode::Invalid,
+                "a traced value escaped its recording".into(),
+            )),
+        })
+        .collect()
+}
+
+/// A [`Plan`] that no longer borrows the function.
+enum Owned {
+    Hit(Arc<crate::compile::recorder::CachedProgram>, Vec<Tensor>),
+    Trace { reason: String, recompile: bool },
+    Lazy,
+    Eager { first: bool, reason: String },
+    Fail(String),
+}
+
+/// Runs compiled function `index` on `inputs` (real tensors), returning real outputs.
+fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<Tensor>, CallError> {
+    let signature = Signature {
+        inputs: inputs.iter().map(|t| t.meta()).collect(),
+    };
+    let state = c.data_mut();
+    let (rt, core) = (state.runtime.clone(), state.core);
+    let f = &mut state.tracing.functions[index];
+    let (name, fn_index, limit) = (f.name.clone(), f.fn_index, f.options.recompile_limit);
+    let plan = match f.plan(&signature) {
+        Plan::Hit(entry) => Owned::Hit(entry.compiled.clone(), entry.captured.clone()),
+        Plan::Trace { reason, recompile } => Owned::Trace { reason, recompile },
+        Plan::Lazy => Owned::Lazy,
+        Plan::Eager { first, reason } => Owned::Eager { first, reason },
+        Plan::Fail(message) => Owned::Fail(message),
+    };
+    match plan {
+        Owned::Hit(compiled, captured) => {
+            rt.bus().publish(
+                core,
+                EventKind::CacheHit {
+                    function: name,
+                    source: CacheSource::Memory,
+                },
+            );
+            let bound: Vec<&Tensor> = inputs.iter().chain(&captured).collect();
+            let interrupt = c.data().interrupt.clone();
+            Ok(crate::cancel::with_token(interrupt, || {
+                compiled.program.run(&rt, core, &bound)
+            })?)
+        }
+        Owned::Fail(message) => Err(Fail(ErrorCode::Op, message).into()),
+        Owned::Eager { first, reason } => {
+            if first {
+                rt.bus().publish(
+                    core,
+                    EventKind::RecompileLimit {
+                        function: name.clone(),
+                        limit,
+                        action: LimitAction::RunEager,
+                    },
+                );
+                rt.bus().publish(
+                    core,
+                    EventKind::Log {
+                        level: LogLevel::Warn,
+                        target: "recompiles".into(),
+                        message: format!(
+                            "'{name}' reached its recompile limit ({limit}); it runs eagerly from now on. Last reason: {reason}"
+                        ),
+                    },
+                );
+            }
+            let results = enter(
+                c,
+                fn_index,
+                inputs.into_iter().map(GuestValue::Eager).collect(),
+            )?;
+            Ok(eager_tensors(results)?)
+        }
+        Owned::Lazy => {
+            let mut recorder = Recorder::new();
+            let args = inputs
+                .iter()
+                .map(|t| GuestValue::Traced(recorder.arg(t)))
+                .collect();
+            c.data_mut().tracing.active = Some(Active {
+                recorder,
+                kind: Kind::Function { index },
+            });
+            let results = trace_body(
+                c,
+                fn_index,
+                args,
+                &format!("graph of '{name}' after its last break"),
+            )?;
+            Ok(results)
+        }
+        Owned::Trace { reason, recompile } => {
+            let label = c.data().tracing.functions[index].compile_label(recompile, &reason);
+            let mut recorder = Recorder::new();
+            let args = inputs
+                .iter()
+                .map(|t| GuestValue::Traced(recorder.arg(t)))
+                .collect();
+            c.data_mut().tracing.active = Some(Active {
+                recorder,
+                kind: Kind::Function { index },
+            });
+            let results = match enter(c, fn_index, args) {
+                Ok(r) => r,
+                Err(e) => {
+                    abandon(
+                        c,
+                        &format!("an intermediate of '{name}', whose trace failed"),
+                    );
+                    return Err(e);
+                }
+            };
+            let state = c.data_mut();
+            if !state.tracing.functions[index].breaks.is_empty() {
+                // The trace broke: finish it as a lazy run; later calls re-enter the guest.
+                let results = finish_lazy(
+                    c,
+                    results,
+                    &format!("graph of '{name}' after its last break"),
+                )?;
+                return Ok(results);
+            }
+            let mut active = state
+                .tracing
+                .active
+                .take()
+                .expect("the trace is still active");
+            let outputs = results
+                .iter()
+                .map(|v| match v {
+                    GuestValue::Traced(id) => Ok(*id),
+                    GuestValue::Eager(t) => Ok(active.recorder.bind(t)),
+                    GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
+                })
+                .collect::<HostResult<Vec<_>>>()?;
+            let n_args = inputs.len();
+            let (graph, bindings) = active.recorder.finish(&outputs);
+            abandon(
+                c,
+                &format!("an intermediate of '{name}': return it from the function to keep it"),
+            );
+            let (compiled, _) = rt
+                .programs()
+                .get_or_compile(&rt, core, &graph, &name, &label, recompile)?;
+            let bound: Vec<&Tensor> = bindings.iter().collect();
+            let interrupt = c.data().interrupt.clone();
+            let results =
+                crate::cancel::with_token(interrupt, || compiled.program.run(&rt, core, &bound))?;
+            c.data_mut().tracing.functions[index].add(
+                Entry {
+                    signature,
+                    compiled: Arc::clone(&compiled),
+                    captured: bindings[n_args..].to_vec(),
+                },
+                recompile,
+            );
+            Ok(results)
+        }
+    }
+}
+
+/// Runs the traced body, then flushes what is left (the lazy path for functions that break).
+fn trace_body(
+    c: &mut Ctx,
+    fn_index: u32,
+    args: Vec<GuestValue>,
+    label: &str,
+) -> Result<Vec<Tensor>, CallError> {
+    let results = match enter(c, fn_index, args) {
+        Ok(r) => r,
+        Err(e) => {
+            abandon(c, "an intermediate of a compiled function whose run failed");
+            return Err(e);
+        }
+    };
+    finish_lazy(c, results, label)
+}
+
+fn finish_lazy(
+    c: &mut Ctx,
+    results: Vec<GuestValue>,
+    label: &str,
+) -> Result<Vec<Tensor>, CallError> {
+    c.data_mut().tracing.frames.push(Frame {
+        args: Vec::new(),
+        results,
+    });
+    let synced = sync(c, label);
+    let frame = c.data_mut().tracing.frames.pop().expect("pushed above");
+    abandon(
+        c,
+        "an intermediate of a compiled function: return it from the function to keep it",
+    );
+    synced?;
+    Ok(eager_tensors(frame.results)?)
+}
+
+fn write_handles(
+    c: &mut Ctx,
+    tensors: Vec<Tensor>,
+    outputs_ptr: i32,
+    max_outputs: i32,
+) -> HostResult<i32> {
+    if tensors.len() > max_outputs.max(0) as usize {
+        return Err(Fail(
+            ErrorCode::TooSmall,
+            format!(
+                "the function returned {} tensors but max_outputs is {max_outputs}",
+                tensors.len()
+            ),
+        ));
+    }
+    let mut handles = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        handles.push(insert(c, t)? as u32);
+    }
+    let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
+    if let Err(e) = write(c, outputs_ptr, &bytes) {
+        for h in handles {
+            let _ = c.data_mut().handles.remove(h);
+        }
+        return Err(e);
+    }
+    Ok(handles.len() as i32)
+}
+
+fn function_index(c: &Ctx, f: i32) -> HostResult<usize> {
+    let n = c.data().tracing.functions.len();
+    if f >= 1 && (f as usize) <= n {
+        Ok(f as usize - 1)
+    } else {
+        Err(Fail(
+            ErrorCode::Handle,
+            format!("{f} is not a compiled function of this instance (it has {n})"),
+        ))
+    }
+}
+
+/// `compile_fn(fn_index, name_ptr, name_len, attrs_ptr, attrs_len) -> f`
+pub fn compile_fn(
+    c: &mut Ctx,
+    fn_index: i32,
+    name_ptr: i32,
+    name_len: i32,
+    attrs_ptr: i32,
+    attrs_len: i32,
+) -> HostResult<i32> {
+    let name = read_str(c, name_ptr, name_len, "the function name")?;
+    let attrs = super::attrs::decode(&read(c, attrs_ptr, attrs_len)?)
+        .map_err(|e| Fail(ErrorCode::Invalid, e))?;
+    let options = CompileOptions::from_attrs(&attrs).map_err(|e| Fail(ErrorCode::Invalid, e))?;
+    if fn_index < 0 {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!("{fn_index} is not a function-table index"),
+        ));
+    }
+    let functions = &mut c.data_mut().tracing.functions;
+    functions.push(CompiledFunction::new(&name, fn_index as u32, options));
+    Ok(functions.len() as i32)
+}
+
+/// `compile_call(f, inputs_ptr, n_inputs, outputs_ptr, max_outputs) -> n_outputs`; a trap in
+/// the traced guest function passes through as a trap.
+pub fn compile_call(
+    c: &mut Ctx,
+    f: i32,
+    inputs_ptr: i32,
+    n_inputs: i32,
+    outputs_ptr: i32,
+    max_outputs: i32,
+) -> wasmtime::Result<Result<i32, Fail>> {
+    let run = |c: &mut Ctx| -> Result<i32, CallError> {
+        let index = function_index(c, f)?;
+        if !(0..=4096).contains(&n_inputs) {
+            return Err(Fail(
+                ErrorCode::Invalid,
+                format!("n_inputs {n_inputs} is outside 0..=4096"),
+            )
+            .into());
+        }
+        let raw = read(c, inputs_ptr, n_inputs * 4)?;
+        let values = raw
+            .chunks_exact(4)
+            .map(|b| value(c, u32::from_le_bytes(b.try_into().expect("4 bytes")) as i32))
+            .collect::<HostResult<Vec<_>>>()?;
+        if c.data().tracing.recording() {
+            // A compiled function called while recording is traced inline.
+            let fn_index = c.data().tracing.functions[index].fn_index;
+            let results = enter(c, fn_index, values)?;
+            let mut handles = Vec::with_capacity(results.len());
+            for v in results {
+                handles.push(c.data_mut().handles.insert(v).map_err(Fail::from)?);
+            }
+            let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
+            write(c, outputs_ptr, &bytes)?;
+            return Ok(handles.len() as i32);
+        }
+        let inputs = eager_tensors(values)?;
+        let results = call_function(c, index, inputs)?;
+        Ok(write_handles(c, results, outputs_ptr, max_outputs)?)
+    };
+    match run(c) {
+        Ok(n) => Ok(Ok(n)),
+        Err(CallError::Fail(f)) => Ok(Err(f)),
+        Err(CallError::Trap(e)) => Err(e),
+    }
+}
+
+/// `compile_arg(i) -> handle`: argument `i` of the innermost trampoline call.
+pub fn compile_arg(c: &mut Ctx, i: i32) -> HostResult<i32> {
+    let arg = c
+        .data()
+        .tracing
+        .frames
+        .last()
+        .and_then(|f| f.args.get(i.max(0) as usize).filter(|_| i >= 0))
+        .cloned()
+        .ok_or_else(|| {
+            Fail(
+                ErrorCode::Invalid,
+                format!("no argument {i}: compile_arg is for the trampoline"),
+            )
+        })?;
+    Ok(c.data_mut().handles.insert(arg).map_err(Fail::from)? as i32)
+}
+
+/// `compile_result(h) -> 0`: adds a result to the innermost trampoline call.
+pub fn compile_result(c: &mut Ctx, h: i32) -> HostResult<i32> {
+    let v = value(c, h)?;
+    let frame = c.data_mut().tracing.frames.last_mut().ok_or_else(|| {
+        Fail(
+            ErrorCode::Invalid,
+            "compile_result is for the trampoline".into(),
+        )
+    })?;
+    frame.results.push(v);
+    Ok(0)
+}
+
+/// `compile_explain(f, ptr, cap) -> len`
+pub fn compile_explain(c: &mut Ctx, f: i32, ptr: i32, cap: i32) -> HostResult<i32> {
+    let index = function_index(c, f)?;
+    let text = c.data().tracing.functions[index].explain();
+    write_capped(c, ptr, cap, text.as_bytes())
+}
+
+/// `lazy_begin() -> 0`
+pub fn lazy_begin(c: &mut Ctx) -> HostResult<i32> {
+    let tracing = &mut c.data_mut().tracing;
+    if tracing.recording() {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            "already recording (lazy mode or a compiled function); lazy regions do not nest".into(),
+        ));
+    }
+    tracing.active = Some(Active {
+        recorder: Recorder::new(),
+        kind: Kind::Lazy,
+    });
+    Ok(0)
+}
+
+/// `lazy_sync() -> 0`: runs what was recorded (`xm.mark_step()`); no-op outside lazy mode.
+pub fn lazy_sync(c: &mut Ctx) -> HostResult<i32> {
+    if matches!(
+        c.data().tracing.active,
+        Some(Active {
+            kind: Kind::Lazy,
+            ..
+        })
+    ) {
+        sync(c, "lazy graph (mark_step)")?;
+    }
+    Ok(0)
+}
+
+/// `lazy_end() -> 0`: syncs and leaves lazy mode.
+pub fn lazy_end(c: &mut Ctx) -> HostResult<i32> {
+    if !matches!(
+        c.data().tracing.active,
+        Some(Active {
+            kind: Kind::Lazy,
+            ..
+        })
+    ) {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            "lazy_end without lazy_begin".into(),
+        ));
+    }
+    sync(c, "lazy graph (end of lazy region)")?;
+    c.data_mut().tracing.active = None;
+    Ok(0)
+}
