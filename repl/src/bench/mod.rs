@@ -11,11 +11,23 @@ use neuronlab_runtime::Runtime;
 
 const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 
+mod compile;
+
 /// One result: a case name, its median, and the unit it is given in.
-struct Figure {
-    case: &'static str,
+pub struct Figure {
+    case: String,
     value: f64,
     unit: &'static str,
+}
+
+impl Figure {
+    fn new(case: impl Into<String>, value: f64, unit: &'static str) -> Figure {
+        Figure {
+            case: case.into(),
+            value,
+            unit,
+        }
+    }
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {
@@ -24,7 +36,7 @@ fn median(mut samples: Vec<f64>) -> f64 {
 }
 
 /// Runs `f` `reps` times after one warm-up and returns the median seconds.
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+pub fn time(reps: usize, mut f: impl FnMut()) -> f64 {
     f();
     median(
         (0..reps)
@@ -62,11 +74,11 @@ fn guest_tiny_op() -> Result<Figure, String> {
         guest.call("loop", &arg).expect("the benchmark guest runs");
         runtime.bus().clear();
     });
-    Ok(Figure {
-        case: "tiny op (add of 1-element f32) from a guest",
-        value: secs / N as f64 * 1e9,
-        unit: "ns/call",
-    })
+    Ok(Figure::new(
+        "tiny op (add of 1-element f32) from a guest",
+        secs / N as f64 * 1e9,
+        "ns/call",
+    ))
 }
 
 fn host_tiny_op() -> Result<Figure, String> {
@@ -85,11 +97,11 @@ fn host_tiny_op() -> Result<Figure, String> {
         }
         runtime.bus().clear();
     });
-    Ok(Figure {
-        case: "tiny op (add of 1-element f32) from the host API",
-        value: secs / N as f64 * 1e9,
-        unit: "ns/call",
-    })
+    Ok(Figure::new(
+        "tiny op (add of 1-element f32) from the host API",
+        secs / N as f64 * 1e9,
+        "ns/call",
+    ))
 }
 
 fn module_loads() -> Result<Vec<Figure>, String> {
@@ -109,16 +121,12 @@ fn module_loads() -> Result<Vec<Figure>, String> {
     });
     let _ = std::fs::remove_dir_all(&dir);
     Ok(vec![
-        Figure {
-            case: "load a module: compile with Cranelift (and store)",
-            value: compile * 1e3,
-            unit: "ms",
-        },
-        Figure {
-            case: "load a module: from the on-disk cache",
-            value: cached * 1e3,
-            unit: "ms",
-        },
+        Figure::new(
+            "load a module: compile with Cranelift (and store)",
+            compile * 1e3,
+            "ms",
+        ),
+        Figure::new("load a module: from the on-disk cache", cached * 1e3, "ms"),
     ])
 }
 
@@ -129,11 +137,14 @@ pub fn run(filter: Option<&str>) -> Result<(), String> {
     }
     let mut figures = vec![guest_tiny_op()?, host_tiny_op()?];
     figures.extend(module_loads()?);
+    let rt = quiet_runtime()?;
+    figures.extend(compile::eager_vs_compiled(&rt)?);
+    figures.push(compile::cache_hit(&rt)?);
     for f in figures
         .iter()
         .filter(|f| filter.is_none_or(|p| f.case.contains(p)))
     {
-        println!("{:<56} {:>10.1} {}", f.case, f.value, f.unit);
+        println!("{:<72} {:>10.2} {}", f.case, f.value, f.unit);
     }
     Ok(())
 }
