@@ -348,3 +348,36 @@ fn an_interrupt_during_a_long_host_op_cancels_it() {
     assert_eq!(s.runtime.memory().stats(CoreId(0)).unwrap().in_use, before);
     s.assert_healthy();
 }
+
+#[test]
+fn a_trap_while_tracing_leaves_the_compile_cache_consistent() {
+    use neuronlab_runtime::events::EventKind;
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("compile_trap.wat").unwrap();
+    let f = call_i32(&mut g, "make", &["0"]);
+    assert_eq!(f, 1, "the first compiled function is handle 1");
+    let e = expect_kind(g.call("call", &["1".into()]), GuestErrorKind::Trap);
+    assert!(e.backtrace.iter().any(|f| f.contains("trampoline")), "{e}");
+    // The next call traces again, compiles once, and then hits the cache.
+    assert_eq!(call_i32(&mut g, "call", &["1"]), 1);
+    assert_eq!(call_i32(&mut g, "call", &["1"]), 1);
+    let events = s.runtime.bus().events();
+    let compiles = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Compile(_)))
+        .count();
+    let hits = events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::CacheHit { function, .. } if function == "f"))
+        .count();
+    assert_eq!((compiles, hits), (1, 1));
+    // Something that is not a function traps when it is called, and names the trampoline.
+    let bad = call_i32(&mut g, "make", &["7"]);
+    let e = expect_kind(g.call("call", &[bad.to_string()]), GuestErrorKind::Trap);
+    assert!(e.backtrace.iter().any(|f| f.contains("trampoline")), "{e}");
+    // Negative indices and unknown function handles are errors, not traps.
+    assert_eq!(call_i32(&mut g, "make", &["-3"]), ErrorCode::Invalid as i32);
+    assert_eq!(call_i32(&mut g, "call", &["42"]), ErrorCode::Handle as i32);
+    assert_eq!(call_i32(&mut g, "call", &["1"]), 1);
+    s.assert_healthy();
+}

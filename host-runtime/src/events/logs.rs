@@ -11,6 +11,7 @@ pub const TOPICS: &[&str] = &[
     "compiles",
     "recompiles",
     "graph_breaks",
+    "guards",
     "cache",
     "collectives",
     "traps",

@@ -428,13 +428,24 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             let interrupt = c.data().interrupt.clone();
             let results =
                 crate::cancel::with_token(interrupt, || compiled.program.run(&rt, core, &bound))?;
-            c.data_mut().tracing.functions[index].add(
+            let f = &mut c.data_mut().tracing.functions[index];
+            let guards = signature.guards(&f.options.input_names).join("; ");
+            f.add(
                 Entry {
                     signature,
                     compiled: Arc::clone(&compiled),
                     captured: bindings[n_args..].to_vec(),
                 },
                 recompile,
+            );
+            let version = f.entries.len();
+            rt.bus().publish(
+                core,
+                EventKind::Log {
+                    level: LogLevel::Info,
+                    target: "guards".into(),
+                    message: format!("'{name}' version {version}: {guards}"),
+                },
             );
             Ok(results)
         }
