@@ -66,9 +66,13 @@ impl Runtime {
         }
     }
 
-    /// A runtime configured from the environment (see [`RuntimeOptions::from_env`]).
+    /// A runtime configured from the environment (see [`RuntimeOptions::from_env`]), whose
+    /// program cache is also on disk, under the cache root ([`ProgramCache::from_env`]).
+    /// [`Runtime::new`] keeps programs in memory only.
     pub fn from_env() -> Result<Runtime> {
-        Ok(Runtime::new(RuntimeOptions::from_env()?))
+        let mut rt = Runtime::new(RuntimeOptions::from_env()?);
+        rt.programs = ProgramCache::from_env();
+        Ok(rt)
     }
 
     /// The simulated instance.

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +37,15 @@ def module(name: str) -> Path:
 def run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     if not BIN.is_file():
         pytest.fail(f"{BIN} is missing: run `cargo build -p neuronlab-repl` first")
-    return subprocess.run(
-        [str(BIN), "run", str(path), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    # A fresh compile cache per run, so every run compiles (and logs) from scratch.
+    with tempfile.TemporaryDirectory(prefix="neuronlab-cache-") as cache:
+        return subprocess.run(
+            [str(BIN), "run", str(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "NEURONLAB_CACHE_DIR": cache, **(env or {})},
+        )
 
 
 def values(stdout: str, label: str) -> np.ndarray:
@@ -117,7 +120,7 @@ def test_generation_cache_padded_steps_match_and_keep_one_shape():
     assert diff < 1e-5
     # The growing step recompiles every step, each time saying which guards failed, until its
     # recompile limit; the padded step compiles once and then hits the cache.
-    recompiles = re.findall(r"\[recompiles\] recompile (\d+)/8 of 'decode_step \(growing\)': (.*?): \d+ ops", out.stderr)
+    recompiles = re.findall(r"\[recompiles\] recompile (\d+)/8 of 'decode_step \(growing\)': (.*?): graph \w+, \d+ ops", out.stderr)
     assert [int(n) for n, _ in recompiles] == list(range(1, 9))
     assert recompiles[0][1].startswith("input 0 'tokens' shape changed: expected [4, 64], got [5, 64]")
     assert "'decode_step (growing)' reached its recompile limit (8); later calls run eagerly" in out.stderr
@@ -153,3 +156,22 @@ def test_numeric_arguments_reach_the_entry(tmp_path):
     assert "scale returned -7.5" in out.stdout
     bad = run(wat, "--entry", "scale", "x", "2.5")
     assert bad.returncode != 0 and "'x' is not a valid i32" in bad.stderr
+
+
+def test_bucketing_compiles_once_per_bucket_instead_of_once_per_length():
+    out = run(module("bucketing"), env={"NEURONLAB_LOGS": "compiles,recompiles"})
+    assert out.returncode == 0, out.stderr
+    lengths = [37, 90, 150, 128, 200, 300, 77, 260, 12, 129]
+    buckets = [int(b) for b in re.findall(r"-> bucket (\d+)", out.stdout)]
+    assert buckets == [(n + 127) // 128 * 128 for n in lengths]
+    # Every trace is logged, fresh or found in the session cache: one per length, one per bucket.
+    exact = re.findall(r"^\[(?:re)?compiles\] (?:compile|recompile \d+/64) of 'encoder \(exact lengths\)'", out.stderr, re.M)
+    bucketed = re.findall(r"^\[(?:re)?compiles\] (?:compile|recompile \d+/64) of 'encoder \(buckets of 128\)'", out.stderr, re.M)
+    assert len(exact) == len(set(lengths)) == 10
+    assert len(bucketed) == 3
+    assert (
+        "recompile 2/64 of 'encoder (buckets of 128)': input 0 'x' shape changed: expected [256, 64], got [384, 64]; "
+        "input 1 'mask' shape changed: expected [256, 1], got [384, 1]"
+    ) in out.stderr
+    assert "compiled graphs: exact lengths 10 version(s), buckets 3 version(s)" in out.stdout
+    assert float(re.search(r"max \|exact - bucketed\| = (\S+)", out.stdout).group(1)) < 1e-5

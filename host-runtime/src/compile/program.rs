@@ -8,7 +8,9 @@ use std::time::Instant;
 use super::fused::Fused;
 use super::graph::{Graph, Producer, ValueId};
 use super::passes::buffers::{self, KernelIo};
-use super::passes::{cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, Users};
+use super::passes::{
+    cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, KernelPlan, Users,
+};
 use crate::device::CoreId;
 use crate::events::fmt;
 use crate::ops::registry::Exec;
@@ -23,6 +25,19 @@ pub struct PassReport {
     /// Nodes after the pass. After the fusion passes a fused kernel counts as one node.
     pub nodes: usize,
 }
+
+/// The passes [`optimize`] reports, in the order it runs them, as [`PassReport::name`] gives
+/// them.
+pub(crate) const PASS_NAMES: [&str; 8] = [
+    "shape and dtype inference",
+    "dead code",
+    "common subexpressions",
+    "constant folding",
+    "elementwise fusion",
+    "matmul epilogues",
+    "reduction fusion",
+    "buffer reuse",
+];
 
 /// What [`optimize`] did to a graph.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +89,8 @@ pub struct Program {
     /// The graph after dead code, common subexpressions and constant folding; the kernels
     /// refer to its nodes and values.
     graph: Graph,
+    /// The fusion passes' partition of `graph`, which `kernels` lowers (kept for the disk cache).
+    plans: Vec<KernelPlan>,
     kernels: Vec<Kernel>,
     /// The values to drop after each kernel.
     release_after: Vec<Vec<ValueId>>,
@@ -85,11 +102,16 @@ pub struct Program {
 pub fn optimize(graph: &Graph) -> Result<(Program, CompileReport)> {
     let started = Instant::now();
     infer::run(graph)?;
-    let mut passes = vec![PassReport {
-        name: "shape and dtype inference",
-        nodes: graph.nodes.len(),
-    }];
-    let mut note = |name, nodes| passes.push(PassReport { name, nodes });
+    let mut passes = Vec::with_capacity(PASS_NAMES.len());
+    let mut note = |name, nodes| {
+        debug_assert_eq!(
+            name,
+            PASS_NAMES[passes.len()],
+            "PASS_NAMES lists the passes"
+        );
+        passes.push(PassReport { name, nodes });
+    };
+    note("shape and dtype inference", graph.nodes.len());
     let g = dce::run(graph);
     note("dead code", g.nodes.len());
     let g = cse::run(&g);
@@ -105,36 +127,12 @@ pub fn optimize(graph: &Graph) -> Result<(Program, CompileReport)> {
     reduction::run(&mut fusion);
     note("reduction fusion", fusion.kernel_count());
     let plans = fusion.into_plans();
+    // Each plan lowers to one kernel.
+    note("buffer reuse", plans.len());
 
-    let users = Users::new(&g);
-    let kernels: Vec<Kernel> = plans
-        .iter()
-        .map(|plan| match Fused::lower(&g, &users, plan) {
-            Some(fused) => Kernel::Fused(Box::new(fused)),
-            // A plan that does not lower to a fused kernel is a single op.
-            None => Kernel::Op(plan.nodes()[0]),
-        })
-        .collect();
-    let io: Vec<KernelIo> = kernels.iter().map(|k| kernel_io(&g, k)).collect();
-    let plan = buffers::plan(&g, &io);
-    note("buffer reuse", kernels.len());
-
-    let report = CompileReport {
-        nodes_before: graph.nodes.len(),
-        nodes_after: kernels.len(),
-        kernels: kernels.iter().map(|k| kernel_name(&g, k)).collect(),
-        passes,
-        peak_intermediate_bytes_before: buffers::peak_unplanned(graph),
-        peak_intermediate_bytes_after: plan.peak_bytes,
-        host_compile_us: started.elapsed().as_secs_f64() * 1e6,
-    };
-    let program = Program {
-        before: graph.clone(),
-        graph: g,
-        kernels,
-        release_after: plan.release_after,
-        report: report.clone(),
-    };
+    let mut program = Program::from_parts(graph.clone(), g, plans, passes, 0.0);
+    program.report.host_compile_us = started.elapsed().as_secs_f64() * 1e6;
+    let report = program.report.clone();
     Ok((program, report))
 }
 
@@ -164,6 +162,60 @@ fn kernel_name(g: &Graph, k: &Kernel) -> String {
 }
 
 impl Program {
+    /// The program that runs `plans`, kernels of `graph` in execution order, where `graph` is
+    /// the optimized form of `before`: lowers the fused kernels, plans the buffers and fills in
+    /// the report around `passes` and `host_compile_us`.
+    ///
+    /// `plans` must partition `graph`'s nodes into kernels that the lowering accepts, in an
+    /// order that runs producers first: what the fusion passes make, or what the disk cache's
+    /// decoder has checked (see [`super::serial`]).
+    pub(crate) fn from_parts(
+        before: Graph,
+        graph: Graph,
+        plans: Vec<KernelPlan>,
+        passes: Vec<PassReport>,
+        host_compile_us: f64,
+    ) -> Program {
+        let users = Users::new(&graph);
+        let kernels: Vec<Kernel> = plans
+            .iter()
+            .map(|plan| match Fused::lower(&graph, &users, plan) {
+                Some(fused) => Kernel::Fused(Box::new(fused)),
+                // A plan that does not lower to a fused kernel is a single op.
+                None => Kernel::Op(plan.nodes()[0]),
+            })
+            .collect();
+        let io: Vec<KernelIo> = kernels.iter().map(|k| kernel_io(&graph, k)).collect();
+        let memory = buffers::plan(&graph, &io);
+        let report = CompileReport {
+            nodes_before: before.nodes.len(),
+            nodes_after: kernels.len(),
+            kernels: kernels.iter().map(|k| kernel_name(&graph, k)).collect(),
+            passes,
+            peak_intermediate_bytes_before: buffers::peak_unplanned(&before),
+            peak_intermediate_bytes_after: memory.peak_bytes,
+            host_compile_us,
+        };
+        Program {
+            before,
+            graph,
+            plans,
+            kernels,
+            release_after: memory.release_after,
+            report,
+        }
+    }
+
+    /// The graph as given to [`optimize`].
+    pub(crate) fn before(&self) -> &Graph {
+        &self.before
+    }
+
+    /// The kernel plans, in execution order.
+    pub(crate) fn plans(&self) -> &[KernelPlan] {
+        &self.plans
+    }
+
     /// What [`optimize`] reported.
     pub fn report(&self) -> &CompileReport {
         &self.report
@@ -367,4 +419,4 @@ fn node_line(g: &Graph, n: usize) -> String {
 
 #[cfg(test)]
 #[path = "program_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -11,7 +11,7 @@ use crate::ops::{Attrs, Registry};
 use crate::runtime::RuntimeOptions;
 use crate::tensor::{Buffer, DType, TensorMeta};
 
-fn runtime() -> Runtime {
+pub(crate) fn runtime() -> Runtime {
     Runtime::new(RuntimeOptions {
         topology: Topology::preset("trn2.3xlarge", None).expect("a preset"),
         host_limit: 1 << 32,
@@ -19,7 +19,7 @@ fn runtime() -> Runtime {
 }
 
 /// SplitMix64: a small seeded generator, so failures reproduce.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -30,7 +30,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
@@ -44,7 +44,7 @@ impl Rng {
 }
 
 /// A tensor of uniform values in [-2, 2).
-fn random_tensor(rt: &Runtime, rng: &mut Rng, meta: &TensorMeta) -> Tensor {
+pub(crate) fn random_tensor(rt: &Runtime, rng: &mut Rng, meta: &TensorMeta) -> Tensor {
     let values: Vec<f64> = (0..meta.numel()).map(|_| rng.uniform()).collect();
     let f64s = rt
         .tensor(Buffer::F64(values), &meta.shape)
@@ -53,13 +53,13 @@ fn random_tensor(rt: &Runtime, rng: &mut Rng, meta: &TensorMeta) -> Tensor {
         .expect("a float cast")
 }
 
-fn id(name: &str) -> crate::ops::OpId {
+pub(crate) fn id(name: &str) -> crate::ops::OpId {
     Registry::global().id(name).expect("a registry op")
 }
 
 /// A random graph over `dtype`: elementwise ops with broadcasting, row ops and (when `matmul`)
 /// matmuls with bias and activation. Returns the graph and its input tensors.
-fn random_graph(
+pub(crate) fn random_graph(
     rt: &Runtime,
     rng: &mut Rng,
     dtype: DType,

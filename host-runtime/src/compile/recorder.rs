@@ -5,17 +5,20 @@
 //! A [`Recorder`] holds one pending graph. Real tensors that enter it become graph inputs
 //! bound to those tensors. [`Recorder::flush`] compiles the pending graph (or finds it in the
 //! session's [`ProgramCache`] by its canonical hash), runs it on the bound tensors, and returns
-//! the real values of the requested outputs.
+//! the real values of the requested outputs. The cache keeps programs in memory and, for a
+//! runtime made from the environment, on disk too (see [`super::disk`]).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
+use super::disk::{DiskCache, Lookup};
 use super::graph::{Graph, Producer, ValueId};
 use super::program::{optimize, CompileReport, Program};
 use crate::device::topology::CoreId;
-use crate::events::{CacheSource, CompileEvent, EventKind};
+use crate::events::{CacheSource, CompileEvent, EventKind, LogLevel};
 use crate::ops::{Attrs, OpId};
+use crate::sandbox::cache_root;
 use crate::tensor::Tensor;
 use crate::{Result, Runtime};
 
@@ -27,20 +30,57 @@ pub struct CachedProgram {
     pub report: CompileReport,
 }
 
-/// A session's compiled graphs, by canonical graph hash.
+/// Compiled graphs by canonical graph hash: in memory for the session, and optionally on disk
+/// (see [`super::disk`]), where other sessions and processes find them too.
 #[derive(Default)]
 pub struct ProgramCache {
     programs: Mutex<HashMap<[u8; 32], Arc<CachedProgram>>>,
+    disk: Option<DiskCache>,
 }
 
 impl ProgramCache {
-    /// An empty cache.
+    /// An empty cache, in memory only.
     pub fn new() -> ProgramCache {
         ProgramCache::default()
     }
 
-    /// The program for `graph`, compiled now (publishing a compile event with `reason`) or found
-    /// in the cache (publishing a cache hit). Returns the program and where it came from.
+    /// An empty in-memory cache over the on-disk cache in `dir` (created on the first store),
+    /// or in memory only for `None`.
+    pub fn with_disk_dir(dir: Option<PathBuf>) -> ProgramCache {
+        ProgramCache::with_disk(dir.map(DiskCache::new))
+    }
+
+    /// An empty in-memory cache over the on-disk cache in `programs` under
+    /// [`cache_root`] (`NEURONLAB_CACHE_DIR`, else the user's cache directory).
+    pub fn from_env() -> ProgramCache {
+        ProgramCache::with_disk_dir(Some(cache_root().join("programs")))
+    }
+
+    /// An empty in-memory cache over `disk`.
+    pub(crate) fn with_disk(disk: Option<DiskCache>) -> ProgramCache {
+        ProgramCache {
+            programs: Mutex::default(),
+            disk,
+        }
+    }
+
+    /// The directory of the on-disk cache, if there is one.
+    pub fn disk_dir(&self) -> Option<&Path> {
+        self.disk.as_ref().map(DiskCache::dir)
+    }
+
+    /// The program for `graph`: found in memory, else loaded from disk, else compiled now and
+    /// stored in both. Returns the program and where it came from.
+    ///
+    /// One event says what happened. A compile (`traced` is true: a function was traced
+    /// because its guards failed) is always a compile event with `reason`, whose `cache` field
+    /// says whether the program was compiled now or found in memory or on disk. A lazy graph
+    /// (`traced` is false) found in a cache is a cache hit event instead.
+    ///
+    /// An unusable disk entry (unreadable, truncated, corrupt) is reported as a warning log
+    /// event with target `cache`, and replaced by the program compiled now; so is a failure to
+    /// write one. Neither fails the call.
+    #[allow(clippy::too_many_arguments)]
     pub fn get_or_compile(
         &self,
         rt: &Runtime,
@@ -49,52 +89,105 @@ impl ProgramCache {
         label: &str,
         reason: &str,
         recompile: bool,
+        traced: bool,
     ) -> Result<(Arc<CachedProgram>, CacheSource)> {
-        let key = *graph.canonical_hash().as_bytes();
-        if let Some(hit) = self.lock().get(&key).cloned() {
-            rt.bus().publish(
-                core,
-                EventKind::CacheHit {
-                    function: label.to_string(),
-                    source: CacheSource::Memory,
-                },
-            );
-            return Ok((hit, CacheSource::Memory));
-        }
+        let hash = graph.canonical_hash();
         let start_us = rt.bus().now_us();
-        let started = Instant::now();
-        let (program, mut report) = optimize(graph)?;
-        report.host_compile_us = started.elapsed().as_secs_f64() * 1e6;
-        rt.bus().publish_at(
-            core,
-            start_us,
+        let (cached, source) = self.find_or_compile(rt, core, graph, &hash, label)?;
+        let kind = if source == CacheSource::Miss || traced {
+            let report = &cached.report;
             EventKind::Compile(CompileEvent {
                 function: label.to_string(),
                 reason: reason.to_string(),
                 recompile,
+                graph: graph_id(&hash),
                 nodes_before: report.nodes_before,
                 nodes_after: report.nodes_after,
                 fused_kernels: report.kernels.len(),
-                host_compile_us: report.host_compile_us,
-                cache: CacheSource::Miss,
-            }),
-        );
+                // A program found in a cache cost no compile now.
+                host_compile_us: if source == CacheSource::Miss {
+                    report.host_compile_us
+                } else {
+                    0.0
+                },
+                cache: source,
+            })
+        } else {
+            EventKind::CacheHit {
+                function: label.to_string(),
+                source,
+            }
+        };
+        rt.bus().publish_at(core, start_us, kind);
+        Ok((cached, source))
+    }
+
+    fn find_or_compile(
+        &self,
+        rt: &Runtime,
+        core: CoreId,
+        graph: &Graph,
+        hash: &blake3::Hash,
+        label: &str,
+    ) -> Result<(Arc<CachedProgram>, CacheSource)> {
+        let key = *hash.as_bytes();
+        if let Some(hit) = self.lock().get(&key).cloned() {
+            return Ok((hit, CacheSource::Memory));
+        }
+        let warn = |message: String| {
+            rt.bus().publish(
+                core,
+                EventKind::Log {
+                    level: LogLevel::Warn,
+                    target: "cache".into(),
+                    message,
+                },
+            );
+        };
+        if let Some(disk) = &self.disk {
+            match disk.load(hash) {
+                Lookup::Hit(program) => {
+                    let report = program.report().clone();
+                    let cached = Arc::new(CachedProgram {
+                        program: *program,
+                        report,
+                    });
+                    self.lock().insert(key, cached.clone());
+                    return Ok((cached, CacheSource::Disk));
+                }
+                Lookup::Miss => {}
+                Lookup::Bad { path, reason } => warn(format!(
+                    "program cache entry {} is unusable: {reason}; recompiling '{label}'",
+                    path.display()
+                )),
+            }
+        }
+        // The report holds the measured compile time, which a disk hit later reports as well.
+        let (program, report) = optimize(graph)?;
+        if let Some(disk) = &self.disk {
+            if let Err(e) = disk.store(hash, &program) {
+                warn(format!(
+                    "could not write program cache entry {}: {e}",
+                    disk.path(hash).display()
+                ));
+            }
+        }
         let cached = Arc::new(CachedProgram { program, report });
         self.lock().insert(key, cached.clone());
         Ok((cached, CacheSource::Miss))
     }
 
-    /// Number of cached programs.
+    /// Number of programs cached in memory.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
-    /// True when nothing is cached.
+    /// True when nothing is cached in memory.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Forgets every program.
+    /// Forgets every program held in memory; the disk cache is kept.
     pub fn clear(&self) {
         self.lock().clear();
     }
@@ -103,6 +196,11 @@ impl ProgramCache {
         // A panic while holding the lock cannot leave the map half-updated (single inserts).
         self.programs.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// A graph's id in events: the first 16 hex digits of its canonical hash.
+pub fn graph_id(hash: &blake3::Hash) -> String {
+    hash.to_hex()[..16].to_string()
 }
 
 /// One pending graph and the real tensors its inputs are bound to.
@@ -205,7 +303,7 @@ impl Recorder {
             let reason = format!("{label}: new graph");
             let (cached, _) = rt
                 .programs()
-                .get_or_compile(rt, core, &graph, label, &reason, false)?;
+                .get_or_compile(rt, core, &graph, label, &reason, false, false)?;
             let refs: Vec<&Tensor> = bindings.iter().collect();
             let mut results = cached.program.run(rt, core, &refs)?.into_iter();
             for slot in values.iter_mut().filter(|v| v.is_none()) {

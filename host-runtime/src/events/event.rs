@@ -201,6 +201,8 @@ pub struct CompileEvent {
     pub reason: String,
     /// True when a compiled version already existed and a guard failed.
     pub recompile: bool,
+    /// The compiled graph's id: the first 16 hex digits of its canonical hash.
+    pub graph: String,
     /// Graph nodes before the passes.
     pub nodes_before: usize,
     /// Graph nodes after the passes.

@@ -1,7 +1,7 @@
 //! Terminal logs by topic, as `TORCH_LOGS`: `NEURONLAB_LOGS=recompiles,graph_breaks` prints
 //! each matching event as one line while it happens.
 
-use super::event::{Event, EventKind, MemoryAction};
+use super::event::{CacheSource, Event, EventKind, MemoryAction};
 use super::fmt::{bytes, duration, duration_us};
 
 /// The topics `NEURONLAB_LOGS` accepts.
@@ -89,18 +89,25 @@ impl LogFilter {
             EventKind::Compile(c)
                 if self.wants("compiles") || (c.recompile && self.wants("recompiles")) =>
             {
+                let how = match c.cache {
+                    CacheSource::Miss => {
+                        format!("compiled in {} (host)", duration_us(c.host_compile_us))
+                    }
+                    CacheSource::Memory => "found in the session's cache".to_string(),
+                    CacheSource::Disk => "loaded from the disk cache".to_string(),
+                };
                 format!(
-                    "[{}] {}: {} ops -> {} after passes, {} kernel(s), compiled in {} (host)",
+                    "[{}] {}: graph {}, {} ops -> {} after passes, {} kernel(s), {how}",
                     if c.recompile {
                         "recompiles"
                     } else {
                         "compiles"
                     },
                     c.reason,
+                    c.graph,
                     c.nodes_before,
                     c.nodes_after,
                     c.fused_kernels,
-                    duration_us(c.host_compile_us)
                 )
             }
             EventKind::CacheHit { function, source } if self.wants("cache") => {

@@ -280,6 +280,7 @@ pub(crate) mod tests {
                     "new function".into()
                 },
                 recompile,
+                graph: "3f2a9c0d1e2b4f5a".into(),
                 nodes_before: 12,
                 nodes_after: 4,
                 fused_kernels: 2,

@@ -68,6 +68,7 @@ pub fn chrome_trace(events: &[Event]) -> Value {
                 let args = json!({
                     "reason": c.reason,
                     "recompile": c.recompile,
+                    "graph": c.graph,
                     "nodes_before": c.nodes_before,
                     "nodes_after": c.nodes_after,
                     "fused_kernels": c.fused_kernels,

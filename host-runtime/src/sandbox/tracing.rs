@@ -423,7 +423,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             );
             let (compiled, _) = rt
                 .programs()
-                .get_or_compile(&rt, core, &graph, &name, &label, recompile)?;
+                .get_or_compile(&rt, core, &graph, &name, &label, recompile, true)?;
             let bound: Vec<&Tensor> = bindings.iter().collect();
             let interrupt = c.data().interrupt.clone();
             let results =
