@@ -18,8 +18,7 @@ use super::graph::{Graph, ValueId};
 use super::passes::{def_of, Group, KernelPlan, Users};
 use crate::cancel::Token;
 use crate::device::cost::{CostModel, Engine, OpCost};
-use crate::device::figures::LAUNCH_OVERHEAD_S;
-use crate::device::{Bound, CoreId, ModeledTime};
+use crate::device::{CoreId, ModeledTime};
 use crate::events::{EventKind, OpEvent, TensorSig};
 use crate::ops::attrs::ResolvedAttrs;
 use crate::ops::registry::{MetaArgs, OpDef, PointwiseArgs, RowArgs, RowFn};
@@ -261,22 +260,7 @@ impl Cost {
         }
         let compute_s = busy.into_iter().fold(0.0, f64::max);
         let memory_s = (self.bytes_read + self.bytes_written) / model.topology().hbm_bandwidth();
-        let launch_s = LAUNCH_OVERHEAD_S;
-        let work_s = compute_s.max(memory_s);
-        let bound = if launch_s >= work_s {
-            Bound::Launch
-        } else if compute_s >= memory_s {
-            Bound::Compute
-        } else {
-            Bound::Memory
-        };
-        ModeledTime {
-            compute_s,
-            memory_s,
-            launch_s,
-            total_s: launch_s + work_s,
-            bound,
-        }
+        ModeledTime::roofline(compute_s, memory_s)
     }
 }
 

@@ -161,6 +161,29 @@ pub enum Bound {
     None,
 }
 
+impl ModeledTime {
+    /// Combines an op's compute and memory time into the roofline: the fixed launch cost plus
+    /// the larger of the two (the engines and the HBM traffic overlap), with what bounds it.
+    pub fn roofline(compute_s: f64, memory_s: f64) -> ModeledTime {
+        let launch_s = LAUNCH_OVERHEAD_S;
+        let busy_s = compute_s.max(memory_s);
+        let bound = if launch_s >= busy_s {
+            Bound::Launch
+        } else if compute_s >= memory_s {
+            Bound::Compute
+        } else {
+            Bound::Memory
+        };
+        ModeledTime {
+            compute_s,
+            memory_s,
+            launch_s,
+            total_s: launch_s + busy_s,
+            bound,
+        }
+    }
+}
+
 impl fmt::Display for Bound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -234,22 +257,7 @@ impl CostModel {
         };
         let compute_s = flops / self.peak_flops(cost.engine, cost.dtype);
         let memory_s = cost.bytes() / self.topology.hbm_bandwidth();
-        let launch_s = LAUNCH_OVERHEAD_S;
-        let busy_s = compute_s.max(memory_s);
-        let bound = if launch_s >= busy_s {
-            Bound::Launch
-        } else if compute_s >= memory_s {
-            Bound::Compute
-        } else {
-            Bound::Memory
-        };
-        ModeledTime {
-            compute_s,
-            memory_s,
-            launch_s,
-            total_s: launch_s + busy_s,
-            bound,
-        }
+        ModeledTime::roofline(compute_s, memory_s)
     }
 }
 

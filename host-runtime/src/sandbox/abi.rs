@@ -399,13 +399,23 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         .map(GuestValue::Eager)
         .collect()
     };
-    let mut handles = Vec::with_capacity(outputs.len());
-    for v in outputs {
+    write_new_handles(caller, outputs, outputs_ptr)
+}
+
+/// Gives the guest new handles to `values`, written as `u32`s at `ptr`; returns their count.
+/// When the write fails, the handles are freed again, so nothing leaks that the guest cannot
+/// learn about.
+pub(super) fn write_new_handles(
+    caller: &mut Ctx,
+    values: Vec<GuestValue>,
+    ptr: i32,
+) -> HostResult<i32> {
+    let mut handles = Vec::with_capacity(values.len());
+    for v in values {
         handles.push(caller.data_mut().handles.insert(v)?);
     }
     let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
-    if let Err(e) = write(caller, outputs_ptr, &bytes) {
-        // Do not leak the outputs the guest cannot learn about.
+    if let Err(e) = write(caller, ptr, &bytes) {
         for h in handles {
             let _ = caller.data_mut().handles.remove(h);
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use wasmtime::Extern;
 
 use super::abi::{
-    insert, read, read_str, value, write, write_capped, Ctx, ErrorCode, Fail, HostResult,
+    read, read_str, value, write_capped, write_new_handles, Ctx, ErrorCode, Fail, HostResult,
 };
 use crate::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use crate::compile::graph::{Producer, ValueId};
@@ -86,14 +86,19 @@ impl Tracing {
             .expect("record is called while recording");
         let ids = inputs
             .iter()
-            .map(|v| match v {
-                GuestValue::Traced(id) => Ok(*id),
-                GuestValue::Eager(t) => Ok(active.recorder.bind(t)),
-                GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
-            })
+            .map(|v| value_id(&mut active.recorder, v))
             .collect::<HostResult<Vec<_>>>()?;
         let outs = active.recorder.op(op, &ids, attrs)?;
         Ok(outs.into_iter().map(GuestValue::Traced).collect())
+    }
+}
+
+/// The recording's value for a guest value: itself when traced, a bound input when real.
+fn value_id(recorder: &mut Recorder, v: &GuestValue) -> HostResult<ValueId> {
+    match v {
+        GuestValue::Traced(id) => Ok(*id),
+        GuestValue::Eager(t) => Ok(recorder.bind(t)),
+        GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
     }
 }
 
@@ -409,11 +414,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
                 .expect("the trace is still active");
             let outputs = results
                 .iter()
-                .map(|v| match v {
-                    GuestValue::Traced(id) => Ok(*id),
-                    GuestValue::Eager(t) => Ok(active.recorder.bind(t)),
-                    GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
-                })
+                .map(|v| value_id(&mut active.recorder, v))
                 .collect::<HostResult<Vec<_>>>()?;
             let n_args = inputs.len();
             let (graph, bindings) = active.recorder.finish(&outputs);
@@ -503,18 +504,8 @@ fn write_handles(
             ),
         ));
     }
-    let mut handles = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        handles.push(insert(c, t)? as u32);
-    }
-    let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
-    if let Err(e) = write(c, outputs_ptr, &bytes) {
-        for h in handles {
-            let _ = c.data_mut().handles.remove(h);
-        }
-        return Err(e);
-    }
-    Ok(handles.len() as i32)
+    let values = tensors.into_iter().map(GuestValue::Eager).collect();
+    write_new_handles(c, values, outputs_ptr)
 }
 
 fn function_index(c: &Ctx, f: i32) -> HostResult<usize> {
@@ -581,13 +572,7 @@ pub fn compile_call(
             // A compiled function called while recording is traced inline.
             let fn_index = c.data().tracing.functions[index].fn_index;
             let results = enter(c, fn_index, values)?;
-            let mut handles = Vec::with_capacity(results.len());
-            for v in results {
-                handles.push(c.data_mut().handles.insert(v).map_err(Fail::from)?);
-            }
-            let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
-            write(c, outputs_ptr, &bytes)?;
-            return Ok(handles.len() as i32);
+            return Ok(write_new_handles(c, results, outputs_ptr)?);
         }
         let inputs = eager_tensors(values)?;
         let results = call_function(c, index, inputs)?;
