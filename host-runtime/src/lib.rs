@@ -9,6 +9,7 @@
 pub mod cancel;
 pub mod compile;
 pub mod device;
+pub mod dist;
 pub mod error;
 pub mod events;
 pub mod ops;
