@@ -220,6 +220,43 @@ impl Graph {
     }
 }
 
+/// Value names separated by commas: `%3, %4`.
+pub fn value_list(vs: &[ValueId]) -> String {
+    vs.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Graph {
+    /// Node `n` as one line: `%3 = softmax(%2; dim=-1)  # f32[8, 128]`.
+    pub fn node_line(&self, n: usize) -> String {
+        let node = &self.nodes[n];
+        let attrs: Vec<String> = node
+            .attrs
+            .0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let args = if attrs.is_empty() {
+            value_list(&node.inputs)
+        } else {
+            format!("{}; {}", value_list(&node.inputs), attrs.join(", "))
+        };
+        let metas: Vec<String> = node
+            .outputs
+            .iter()
+            .map(|v| self.meta(*v).to_string())
+            .collect();
+        format!(
+            "{} = {}({args})  # {}",
+            value_list(&node.outputs),
+            node.name(),
+            metas.join(", ")
+        )
+    }
+}
+
 impl fmt::Display for Graph {
     /// One line per node: `%3 = matmul(%0, %1)  # f32[8, 128]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -234,35 +271,10 @@ impl fmt::Display for Graph {
                 writeln!(f, "  %{i} = constant  # {}", self.values[i])?;
             }
         }
-        for node in &self.nodes {
-            let outs: Vec<String> = node.outputs.iter().map(|v| v.to_string()).collect();
-            let ins: Vec<String> = node.inputs.iter().map(|v| v.to_string()).collect();
-            let attrs: Vec<String> = node
-                .attrs
-                .0
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let args = if attrs.is_empty() {
-                ins.join(", ")
-            } else {
-                format!("{}; {}", ins.join(", "), attrs.join(", "))
-            };
-            let metas: Vec<String> = node
-                .outputs
-                .iter()
-                .map(|v| self.meta(*v).to_string())
-                .collect();
-            writeln!(
-                f,
-                "  {} = {}({args})  # {}",
-                outs.join(", "),
-                node.name(),
-                metas.join(", ")
-            )?;
+        for n in 0..self.nodes.len() {
+            writeln!(f, "  {}", self.node_line(n))?;
         }
-        let outs: Vec<String> = self.outputs.iter().map(|v| v.to_string()).collect();
-        write!(f, "  return {}", outs.join(", "))
+        write!(f, "  return {}", value_list(&self.outputs))
     }
 }
 

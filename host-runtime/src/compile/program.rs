@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use super::fused::Fused;
-use super::graph::{Graph, Producer, ValueId};
+use super::graph::{value_list, Graph, Producer, ValueId};
 use super::passes::buffers::{self, KernelIo};
 use super::passes::{
     cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, KernelPlan, Users,
@@ -360,32 +360,25 @@ impl Program {
         for kernel in &self.kernels {
             match kernel {
                 Kernel::Op(n) => {
-                    let _ = writeln!(out, "  {}", node_line(g, *n));
+                    let _ = writeln!(out, "  {}", g.node_line(*n));
                 }
                 Kernel::Fused(f) => {
                     let _ = writeln!(
                         out,
                         "  {} = {}({})  # {}",
-                        values(&f.outputs),
+                        value_list(&f.outputs),
                         f.name,
-                        values(&f.inputs),
+                        value_list(&f.inputs),
                         metas(g, &f.outputs)
                     );
                     for &n in &f.nodes {
-                        let _ = writeln!(out, "      {}", node_line(g, n));
+                        let _ = writeln!(out, "      {}", g.node_line(n));
                     }
                 }
             }
         }
-        let _ = writeln!(out, "  return {}", values(&g.outputs));
+        let _ = writeln!(out, "  return {}", value_list(&g.outputs));
     }
-}
-
-fn values(vs: &[ValueId]) -> String {
-    vs.iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn metas(g: &Graph, vs: &[ValueId]) -> String {
@@ -393,28 +386,6 @@ fn metas(g: &Graph, vs: &[ValueId]) -> String {
         .map(|v| g.meta(*v).to_string())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// A node as [`Graph`]'s display writes it: `%3 = softmax(%2; dim=-1)  # f32[8, 128]`.
-fn node_line(g: &Graph, n: usize) -> String {
-    let node = &g.nodes[n];
-    let attrs: Vec<String> = node
-        .attrs
-        .0
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let args = if attrs.is_empty() {
-        values(&node.inputs)
-    } else {
-        format!("{}; {}", values(&node.inputs), attrs.join(", "))
-    };
-    format!(
-        "{} = {}({args})  # {}",
-        values(&node.outputs),
-        node.name(),
-        metas(g, &node.outputs)
-    )
 }
 
 #[cfg(test)]

@@ -81,6 +81,45 @@ struct Operand {
     cs: usize,
 }
 
+/// `dst = a · b` for `rows` rows of the product whose `a` rows start at `oa` and whose `b`
+/// starts at `ob`; `dst` is dense with row stride `n`.
+///
+/// # Safety
+///
+/// `dst` must hold `rows * n` elements, and every element `oa + i*a.rs + j*a.cs`
+/// (`i < rows`, `j < k`) must lie in `da`, and `ob + j*b.rs + c*b.cs` (`j < k`, `c < n`) in
+/// `db`. Offsets and strides taken from validated layouts satisfy this.
+unsafe fn gemm_rows<T: Element>(
+    (rows, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    (da, oa, a): (&[T], usize, &Operand),
+    (db, ob, b): (&[T], usize, &Operand),
+    parallelism: Parallelism,
+) {
+    debug_assert!(dst.len() == rows * n);
+    gemm(
+        rows,
+        n,
+        k,
+        dst.as_mut_ptr(),
+        1,
+        n as isize,
+        false,
+        da.as_ptr().add(oa),
+        a.cs as isize,
+        a.rs as isize,
+        db.as_ptr().add(ob),
+        b.cs as isize,
+        b.rs as isize,
+        T::from_f64(0.0),
+        T::from_f64(1.0),
+        false,
+        false,
+        false,
+        parallelism,
+    )
+}
+
 /// Views `t` as a batch of matrices; 1-D vectors become a row (lhs) or a column (rhs).
 fn operand(t: &Tensor, batch_shape: &[usize], is_lhs: bool) -> Operand {
     let l = t.layout();
@@ -148,29 +187,14 @@ fn gemm_batched<T: Element + Default + 'static>(x: &Tensor, y: &Tensor, p: &Plan
     let run = |i: usize, dst: &mut [T]| {
         token.check();
         let (oa, ob) = (a.offsets[i], b.offsets[i]);
-        debug_assert!(dst.len() == size);
-        // SAFETY: `dst` holds m*n elements written with row stride n; the operands' offsets and
-        // strides come from their validated layouts, so every read stays in `da` and `db`.
+        // SAFETY: `dst` holds m*n elements; the operands' offsets and strides come from their
+        // validated layouts, so every read stays in `da` and `db`.
         unsafe {
-            gemm(
-                p.m,
-                p.n,
-                p.k,
-                dst.as_mut_ptr(),
-                1,
-                p.n as isize,
-                false,
-                da.as_ptr().add(oa),
-                a.cs as isize,
-                a.rs as isize,
-                db.as_ptr().add(ob),
-                b.cs as isize,
-                b.rs as isize,
-                T::from_f64(0.0),
-                T::from_f64(1.0),
-                false,
-                false,
-                false,
+            gemm_rows(
+                (p.m, p.n, p.k),
+                dst,
+                (da, oa, &a),
+                (db, ob, &b),
                 parallelism,
             )
         }
@@ -300,20 +324,11 @@ impl RowBands {
         } else {
             Parallelism::None
         };
-        let round = |v: Vec<f32>| v.into_iter().map(|x| x as f64);
         match self.out {
             DType::F64 => Buffer::F64(self.band::<f64>(r0, r1, parallelism)),
-            // bf16 and f16 round once from f32, as `round_from_f32` does for the eager kernel.
-            DType::Bf16 => Buffer::Bf16(
-                round(self.band(r0, r1, parallelism))
-                    .map(Element::from_f64)
-                    .collect(),
-            ),
-            DType::F16 => Buffer::F16(
-                round(self.band(r0, r1, parallelism))
-                    .map(Element::from_f64)
-                    .collect(),
-            ),
+            // bf16 and f16 round once from f32, as the eager kernel does.
+            DType::Bf16 => Buffer::Bf16(round_from_f32(self.band(r0, r1, parallelism))),
+            DType::F16 => Buffer::F16(round_from_f32(self.band(r0, r1, parallelism))),
             _ => Buffer::F32(self.band::<f32>(r0, r1, parallelism)),
         }
     }
@@ -331,29 +346,15 @@ impl RowBands {
                 self.a.offsets[product] + row * self.a.rs,
                 self.b.offsets[product],
             );
-            // SAFETY: `dst` holds rows*n elements written with row stride n; `oa` starts row
-            // `row` of a product whose offsets and strides come from validated layouts, and
-            // row + rows <= m, so every read stays in `da` and `db`.
+            // SAFETY: `dst` holds rows*n elements; `oa` starts row `row` of a product whose
+            // offsets and strides come from validated layouts, and row + rows <= m, so every
+            // read stays in `da` and `db`.
             unsafe {
-                gemm(
-                    rows,
-                    n,
-                    self.k,
-                    dst.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    da.as_ptr().add(oa),
-                    self.a.cs as isize,
-                    self.a.rs as isize,
-                    db.as_ptr().add(ob),
-                    self.b.cs as isize,
-                    self.b.rs as isize,
-                    T::from_f64(0.0),
-                    T::from_f64(1.0),
-                    false,
-                    false,
-                    false,
+                gemm_rows(
+                    (rows, n, self.k),
+                    dst,
+                    (da, oa, &self.a),
+                    (db, ob, &self.b),
                     parallelism,
                 )
             }

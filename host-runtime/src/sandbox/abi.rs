@@ -357,22 +357,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
             ),
         ));
     }
-    if n_inputs < 0 || n_inputs as usize > MAX_INPUTS {
-        return Err(Fail(
-            ErrorCode::Invalid,
-            format!("n_inputs {n_inputs} is outside 0..={MAX_INPUTS}"),
-        ));
-    }
-    let raw = read(caller, inputs_ptr, n_inputs * 4)?;
-    let inputs: Vec<GuestValue> = raw
-        .chunks_exact(4)
-        .map(|c| {
-            value(
-                caller,
-                u32::from_le_bytes(c.try_into().expect("4 bytes")) as i32,
-            )
-        })
-        .collect::<HostResult<_>>()?;
+    let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
     let attrs = attrs::decode(&read(caller, attrs_ptr, attrs_len)?)
         .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
     let outputs: Vec<GuestValue> = if caller.data().tracing.recording() {
@@ -400,6 +385,25 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         .collect()
     };
     write_new_handles(caller, outputs, outputs_ptr)
+}
+
+/// The values behind `n` handles (`u32`s) at `ptr`.
+pub(super) fn read_handles(caller: &mut Ctx, ptr: i32, n: i32) -> HostResult<Vec<GuestValue>> {
+    if n < 0 || n as usize > MAX_INPUTS {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!("n_inputs {n} is outside 0..={MAX_INPUTS}"),
+        ));
+    }
+    let raw = read(caller, ptr, n * 4)?;
+    raw.chunks_exact(4)
+        .map(|c| {
+            value(
+                caller,
+                u32::from_le_bytes(c.try_into().expect("4 bytes")) as i32,
+            )
+        })
+        .collect()
 }
 
 /// Gives the guest new handles to `values`, written as `u32`s at `ptr`; returns their count.

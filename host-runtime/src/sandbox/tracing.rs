@@ -13,7 +13,8 @@ use std::sync::Arc;
 use wasmtime::Extern;
 
 use super::abi::{
-    read, read_str, value, write_capped, write_new_handles, Ctx, ErrorCode, Fail, HostResult,
+    read, read_handles, read_str, value, write_capped, write_new_handles, Ctx, ErrorCode, Fail,
+    HostResult,
 };
 use crate::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use crate::compile::graph::{Producer, ValueId};
@@ -359,15 +360,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             Ok(eager_tensors(results)?)
         }
         Owned::Lazy => {
-            let mut recorder = Recorder::new();
-            let args = inputs
-                .iter()
-                .map(|t| GuestValue::Traced(recorder.arg(t)))
-                .collect();
-            c.data_mut().tracing.active = Some(Active {
-                recorder,
-                kind: Kind::Function { index },
-            });
+            let args = start_function_trace(c, index, &inputs);
             let results = trace_body(
                 c,
                 fn_index,
@@ -378,15 +371,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
         }
         Owned::Trace { reason, recompile } => {
             let label = c.data().tracing.functions[index].compile_label(recompile, &reason);
-            let mut recorder = Recorder::new();
-            let args = inputs
-                .iter()
-                .map(|t| GuestValue::Traced(recorder.arg(t)))
-                .collect();
-            c.data_mut().tracing.active = Some(Active {
-                recorder,
-                kind: Kind::Function { index },
-            });
+            let args = start_function_trace(c, index, &inputs);
             let results = match enter(c, fn_index, args) {
                 Ok(r) => r,
                 Err(e) => {
@@ -451,6 +436,21 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             Ok(results)
         }
     }
+}
+
+/// Starts recording compiled function `index`: each input becomes a graph input of its own,
+/// and the returned traced values are the arguments to pass to the trampoline.
+fn start_function_trace(c: &mut Ctx, index: usize, inputs: &[Tensor]) -> Vec<GuestValue> {
+    let mut recorder = Recorder::new();
+    let args = inputs
+        .iter()
+        .map(|t| GuestValue::Traced(recorder.arg(t)))
+        .collect();
+    c.data_mut().tracing.active = Some(Active {
+        recorder,
+        kind: Kind::Function { index },
+    });
+    args
 }
 
 /// Runs the traced body, then flushes what is left (the lazy path for functions that break).
@@ -556,18 +556,7 @@ pub fn compile_call(
 ) -> wasmtime::Result<Result<i32, Fail>> {
     let run = |c: &mut Ctx| -> Result<i32, CallError> {
         let index = function_index(c, f)?;
-        if !(0..=4096).contains(&n_inputs) {
-            return Err(Fail(
-                ErrorCode::Invalid,
-                format!("n_inputs {n_inputs} is outside 0..=4096"),
-            )
-            .into());
-        }
-        let raw = read(c, inputs_ptr, n_inputs * 4)?;
-        let values = raw
-            .chunks_exact(4)
-            .map(|b| value(c, u32::from_le_bytes(b.try_into().expect("4 bytes")) as i32))
-            .collect::<HostResult<Vec<_>>>()?;
+        let values = read_handles(c, inputs_ptr, n_inputs)?;
         if c.data().tracing.recording() {
             // A compiled function called while recording is traced inline.
             let fn_index = c.data().tracing.functions[index].fn_index;

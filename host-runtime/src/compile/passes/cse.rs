@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::{copy_node, with_inputs};
+use super::{copy_node, set_mapped_outputs, with_inputs};
 use crate::compile::graph::{Graph, Producer, ValueId};
 
 /// `g` with repeated computations and constants merged.
@@ -46,12 +46,7 @@ pub fn run(g: &Graph) -> Graph {
             map[old.0 as usize] = Some(new);
         }
     }
-    out.set_outputs(
-        g.outputs
-            .iter()
-            .map(|v| map[v.0 as usize].expect("outputs are values"))
-            .collect(),
-    );
+    set_mapped_outputs(&mut out, g, &map);
     out
 }
 

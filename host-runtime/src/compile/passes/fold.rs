@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{copy_node, dce, def_of, with_inputs};
+use super::{copy_node, dce, def_of, set_mapped_outputs, with_inputs};
 use crate::compile::graph::{Graph, Node, Producer, ValueId};
 use crate::device::CoreId;
 use crate::ops::attrs::ResolvedAttrs;
@@ -56,12 +56,7 @@ pub fn run(g: &Graph) -> Result<Graph> {
             map[old.0 as usize] = Some(new);
         }
     }
-    out.set_outputs(
-        g.outputs
-            .iter()
-            .map(|v| map[v.0 as usize].expect("outputs are values"))
-            .collect(),
-    );
+    set_mapped_outputs(&mut out, g, &map);
     // The constants and nodes that only fed folded nodes are dead now.
     Ok(dce::run(&out))
 }

@@ -43,6 +43,17 @@ pub(crate) fn producer_node(g: &Graph, v: ValueId) -> Option<usize> {
     }
 }
 
+/// Sets `to`'s outputs to the values `map` gives for `from`'s outputs (for passes that rebuild
+/// a graph, `map[old value]` is its new value).
+pub(crate) fn set_mapped_outputs(to: &mut Graph, from: &Graph, map: &[Option<ValueId>]) {
+    to.set_outputs(
+        from.outputs
+            .iter()
+            .map(|v| map[v.0 as usize].expect("outputs are values"))
+            .collect(),
+    );
+}
+
 /// Appends a copy of `node` of graph `from` to `to`, with its operands renamed to `inputs`
 /// (values of `to`). Shapes and dtypes are copied, not inferred again: the passes keep them.
 pub(crate) fn copy_node(
