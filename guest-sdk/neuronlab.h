@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.1, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.2, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 1)
+#define NL_ABI_VERSION ((1 << 16) | 2)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -53,6 +53,7 @@ extern "C" {
 #define NL_ERR_CANCELLED (-7)   /* interrupted (Ctrl-C, a Jupyter interrupt, the deadline) */
 #define NL_ERR_TOO_SMALL (-8)   /* the output buffer is smaller than the data */
 #define NL_ERR_UNAVAILABLE (-9) /* known, but not available here */
+#define NL_ERR_COLLECTIVE (-10) /* a collective failed across ranks (disagreement, timeout) */
 
 /** The name of an error code, such as "ERR_OP"; "ERR_OTHER" for an unknown code. */
 static inline const char *nl_error_name(int32_t code) {
@@ -66,6 +67,7 @@ static inline const char *nl_error_name(int32_t code) {
     case NL_ERR_CANCELLED: return "ERR_CANCELLED";
     case NL_ERR_TOO_SMALL: return "ERR_TOO_SMALL";
     case NL_ERR_UNAVAILABLE: return "ERR_UNAVAILABLE";
+    case NL_ERR_COLLECTIVE: return "ERR_COLLECTIVE";
     default: return "ERR_OTHER";
     }
 }
@@ -157,6 +159,59 @@ NL_IMPORT("compile_explain") int32_t nl_compile_explain(int32_t f, char *ptr, in
 NL_IMPORT("lazy_begin") int32_t nl_lazy_begin(void);
 NL_IMPORT("lazy_sync") int32_t nl_lazy_sync(void);
 NL_IMPORT("lazy_end") int32_t nl_lazy_end(void);
+
+/* dist (ABI 1.2): ranks, process groups, collectives, a device mesh and distributed tensors.
+ * Groups, meshes and distributed tensors are handles freed with nl_tensor_drop(); group 0 is
+ * the world. Placements are a comma-separated string, one per mesh dim, as torch prints them:
+ * "Shard(0),Replicate()", "Partial(sum)". See ABI.md, "dist". */
+
+/** This instance's rank in the world. */
+NL_IMPORT("dist_rank") int32_t nl_dist_rank(void);
+/** The number of ranks in the world. */
+NL_IMPORT("dist_world_size") int32_t nl_dist_world_size(void);
+/** A group handle for the `n` global ranks at `ranks`, in ring order. */
+NL_IMPORT("dist_new_group") int32_t nl_dist_new_group(const uint32_t *ranks, int32_t n);
+/** The number of ranks in a group. */
+NL_IMPORT("dist_group_size") int32_t nl_dist_group_size(int32_t group);
+/** This rank's position in a group; NL_ERR_INVALID when it is not a member. */
+NL_IMPORT("dist_group_rank") int32_t nl_dist_group_rank(int32_t group);
+/**
+ * Runs the collective named `op` ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+ * "broadcast") on tensor `h` over `group`, with `attrs_len` bytes of encoded attributes;
+ * returns a handle to this rank's result.
+ */
+NL_IMPORT("dist_collective")
+int32_t nl_dist_collective(const char *op, int32_t op_len, int32_t group, int32_t h,
+                           const void *attrs, int32_t attrs_len);
+/** Returns 0 once every rank of the group has reached the barrier. */
+NL_IMPORT("dist_barrier") int32_t nl_dist_barrier(int32_t group);
+/** A mesh handle: the world's ranks as arange(world).reshape(shape), names comma-separated. */
+NL_IMPORT("dist_mesh_new")
+int32_t nl_dist_mesh_new(const int64_t *shape, int32_t ndim, const char *names,
+                         int32_t names_len);
+/** A group handle: this rank's group along the named mesh dim. */
+NL_IMPORT("dist_mesh_group")
+int32_t nl_dist_mesh_group(int32_t mesh, const char *name, int32_t name_len);
+/** This rank's coordinate along the named mesh dim. */
+NL_IMPORT("dist_mesh_coord")
+int32_t nl_dist_mesh_coord(int32_t mesh, const char *name, int32_t name_len);
+/** A distributed-tensor handle: every rank passes the whole tensor and keeps its shard. */
+NL_IMPORT("dist_distribute")
+int32_t nl_dist_distribute(int32_t mesh, int32_t h, const char *placements,
+                           int32_t placements_len);
+/** A distributed-tensor handle wrapping this rank's local tensor, without communication. */
+NL_IMPORT("dist_from_local")
+int32_t nl_dist_from_local(int32_t mesh, int32_t h, const char *placements,
+                           int32_t placements_len);
+/** A new distributed-tensor handle with the target placements. */
+NL_IMPORT("dist_redistribute")
+int32_t nl_dist_redistribute(int32_t dt, const char *placements, int32_t placements_len);
+/** A tensor handle: the whole (replicated) tensor. */
+NL_IMPORT("dist_full_tensor") int32_t nl_dist_full_tensor(int32_t dt);
+/** A tensor handle: this rank's local shard, without communication. */
+NL_IMPORT("dist_to_local") int32_t nl_dist_to_local(int32_t dt);
+/** Copies up to `cap` bytes of a group's, mesh's or distributed tensor's description. */
+NL_IMPORT("dist_describe") int32_t nl_dist_describe(int32_t h, char *ptr, int32_t cap);
 
 #undef NL_IMPORT
 

@@ -119,10 +119,19 @@ impl Compiled {
             let mut outputs = vec![0u32; max_outputs];
             match sys::compile_call(self.handle, &handles, &mut outputs) {
                 Ok(n) => {
-                    return Ok(outputs[..n].iter().map(|&h| Tensor::from_handle(h)).collect());
+                    return Ok(outputs[..n]
+                        .iter()
+                        .map(|&h| Tensor::from_handle(h))
+                        .collect());
                 }
-                Err(e) if e.kind() == ErrorKind::TooSmall && max_outputs < 1 << 16 => max_outputs *= 16,
-                Err(e) => return Err(TRAMPOLINE_ERROR.with(|t| t.borrow_mut().take()).unwrap_or(e)),
+                Err(e) if e.kind() == ErrorKind::TooSmall && max_outputs < 1 << 16 => {
+                    max_outputs *= 16
+                }
+                Err(e) => {
+                    return Err(TRAMPOLINE_ERROR
+                        .with(|t| t.borrow_mut().take())
+                        .unwrap_or(e))
+                }
             }
         }
     }
@@ -139,7 +148,10 @@ impl Compiled {
         if outs.len() != 1 {
             return Err(Error::new(
                 ErrorKind::Invalid,
-                format!("call1 expects one output, the function returned {}", outs.len()),
+                format!(
+                    "call1 expects one output, the function returned {}",
+                    outs.len()
+                ),
             ));
         }
         Ok(outs.remove(0))

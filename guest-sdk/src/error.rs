@@ -53,6 +53,10 @@ pub enum ErrorKind {
     TooSmall,
     /// `ERR_UNAVAILABLE` (-9): the host knows the call but cannot serve it here.
     Unavailable,
+    /// `ERR_COLLECTIVE` (-10): a collective failed across ranks: the ranks disagreed on the
+    /// op, its attributes, the dtype or the shape, or a rank never arrived (it finished,
+    /// trapped or waited elsewhere past the collective timeout).
+    Collective,
     /// A negative code this SDK does not know (from a newer host).
     Other(i32),
 }
@@ -76,6 +80,7 @@ impl ErrorKind {
             -7 => ErrorKind::Cancelled,
             -8 => ErrorKind::TooSmall,
             -9 => ErrorKind::Unavailable,
+            -10 => ErrorKind::Collective,
             other => ErrorKind::Other(other),
         }
     }
@@ -98,6 +103,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => -7,
             ErrorKind::TooSmall => -8,
             ErrorKind::Unavailable => -9,
+            ErrorKind::Collective => -10,
             ErrorKind::Other(code) => code,
         }
     }
@@ -120,6 +126,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "ERR_CANCELLED",
             ErrorKind::TooSmall => "ERR_TOO_SMALL",
             ErrorKind::Unavailable => "ERR_UNAVAILABLE",
+            ErrorKind::Collective => "ERR_COLLECTIVE",
             ErrorKind::Other(_) => "ERR_OTHER",
         }
     }

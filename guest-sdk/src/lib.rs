@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.1) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.2) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -16,6 +16,9 @@
 //!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`].
 //! - [`compile`] for compiled functions with guards and recompile reasons, [`lazy`] and
 //!   [`sync`] for lazy mode.
+//! - [`dist`] for runs of several ranks (`neuronlab run --nproc N`): the rank and world size,
+//!   process [`Group`]s and the collectives ([`dist::all_reduce`] and the rest), a
+//!   [`DeviceMesh`] and distributed tensors ([`DTensor`] with [`Placement`]s).
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
 //!   panics in the cell.
 //!
@@ -54,6 +57,7 @@
 
 mod attrs;
 mod compile;
+pub mod dist;
 mod dtype;
 mod entry;
 mod error;
@@ -65,7 +69,10 @@ mod sys;
 mod tensor;
 
 pub use attrs::Attrs;
-pub use compile::{compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, Compiled, Function};
+pub use compile::{
+    compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, Compiled, Function,
+};
+pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};
 pub use entry::{entry, neuronlab_abi_version, ABI_VERSION};
 pub use error::{Error, ErrorKind, Result};

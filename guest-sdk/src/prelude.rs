@@ -1,8 +1,9 @@
 //! The names most experiments use: `use neuronlab::prelude::*;`.
 //!
 //! It holds [`Tensor`], [`DType`], the error types, [`Attrs`] and [`call`], [`from_slice`],
-//! the 16-bit float types, and every generated op function and options type (such as
-//! [`zeros`], [`cat`] and [`SumOptions`]).
+//! the 16-bit float types, compiling ([`compile`], [`lazy`]), the [`dist`] module with its
+//! types ([`Group`], [`DeviceMesh`], [`DTensor`], [`Placement`], [`ReduceOp`]), and every
+//! generated op function and options type (such as [`zeros`], [`cat`] and [`SumOptions`]).
 //!
 //! It does not hold the output macros: a glob import cannot shadow std's `println!`, so
 //! import them by name.
@@ -18,4 +19,8 @@
 //! ```
 
 pub use crate::ops::*;
-pub use crate::{call, compile, compile_with, from_slice, lazy, sync, CompileOptions, Compiled, Attrs, Bf16, DType, Error, ErrorKind, Result, Tensor, F16};
+pub use crate::{
+    call, compile, compile_with, dist, from_slice, lazy, sync, Attrs, Bf16, CompileOptions,
+    Compiled, DTensor, DType, DeviceMesh, Error, ErrorKind, Group, Placement, ReduceOp, Result,
+    Tensor, F16,
+};

@@ -1,5 +1,5 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op and compile groups) and thin safe wrappers
-//! over them. Every `unsafe` block of the crate is in this module.
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile and dist groups) and thin
+//! safe wrappers over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
 //! [`Error`]s carrying the host's message, and follow the ABI's two-step protocol for
@@ -72,6 +72,45 @@ mod ffi {
         pub fn lazy_begin() -> i32;
         pub fn lazy_sync() -> i32;
         pub fn lazy_end() -> i32;
+
+        pub fn dist_rank() -> i32;
+        pub fn dist_world_size() -> i32;
+        pub fn dist_new_group(ranks_ptr: *const u32, n: i32) -> i32;
+        pub fn dist_group_size(group: u32) -> i32;
+        pub fn dist_group_rank(group: u32) -> i32;
+        pub fn dist_collective(
+            op_ptr: *const u8,
+            op_len: i32,
+            group: u32,
+            h: u32,
+            attrs_ptr: *const u8,
+            attrs_len: i32,
+        ) -> i32;
+        pub fn dist_barrier(group: u32) -> i32;
+        pub fn dist_mesh_new(
+            shape_ptr: *const i64,
+            ndim: i32,
+            names_ptr: *const u8,
+            names_len: i32,
+        ) -> i32;
+        pub fn dist_mesh_group(mesh: u32, name_ptr: *const u8, name_len: i32) -> i32;
+        pub fn dist_mesh_coord(mesh: u32, name_ptr: *const u8, name_len: i32) -> i32;
+        pub fn dist_distribute(
+            mesh: u32,
+            h: u32,
+            placements_ptr: *const u8,
+            placements_len: i32,
+        ) -> i32;
+        pub fn dist_from_local(
+            mesh: u32,
+            h: u32,
+            placements_ptr: *const u8,
+            placements_len: i32,
+        ) -> i32;
+        pub fn dist_redistribute(dt: u32, placements_ptr: *const u8, placements_len: i32) -> i32;
+        pub fn dist_full_tensor(dt: u32) -> i32;
+        pub fn dist_to_local(dt: u32) -> i32;
+        pub fn dist_describe(h: u32, ptr: *mut u8, cap: i32) -> i32;
     }
 }
 
@@ -350,4 +389,116 @@ pub(crate) fn lazy_sync() -> Result<()> {
 pub(crate) fn lazy_end() -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::lazy_end() }).map(|_| ())
+}
+
+/// This instance's rank in the world.
+pub(crate) fn dist_rank() -> Result<u32> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_rank() }).map(|r| r as u32)
+}
+
+/// The number of ranks in the world.
+pub(crate) fn dist_world_size() -> Result<u32> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_world_size() }).map(|n| n as u32)
+}
+
+/// A new group of the given global ranks, in ring order; returns its handle.
+pub(crate) fn dist_new_group(ranks: &[u32]) -> Result<u32> {
+    let n = abi_len(ranks.len(), "the rank list")?;
+    // SAFETY: the host reads `n` u32s at the pointer, which `ranks` owns.
+    check(unsafe { ffi::dist_new_group(ranks.as_ptr(), n) }).map(|h| h as u32)
+}
+
+/// The number of ranks in a group.
+pub(crate) fn dist_group_size(group: u32) -> Result<usize> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_group_size(group) }).map(|n| n as usize)
+}
+
+/// This rank's position in a group.
+pub(crate) fn dist_group_rank(group: u32) -> Result<usize> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_group_rank(group) }).map(|r| r as usize)
+}
+
+/// Runs the collective `op` on tensor `h` over `group`; returns the result's handle.
+pub(crate) fn dist_collective(op: &str, group: u32, h: u32, attrs: &[u8]) -> Result<u32> {
+    let op_len = abi_len(op.len(), "the collective's name")?;
+    let attrs_len = abi_len(attrs.len(), "the attributes")?;
+    // SAFETY: the host reads `op_len` bytes and `attrs_len` bytes, which `op` and `attrs` own.
+    check(unsafe { ffi::dist_collective(op.as_ptr(), op_len, group, h, attrs.as_ptr(), attrs_len) })
+        .map(|h| h as u32)
+}
+
+/// Waits until every rank of `group` has reached the barrier.
+pub(crate) fn dist_barrier(group: u32) -> Result<()> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_barrier(group) }).map(drop)
+}
+
+/// A new device mesh of `shape` with comma-separated dim `names`; returns its handle.
+pub(crate) fn dist_mesh_new(shape: &[i64], names: &str) -> Result<u32> {
+    let ndim = abi_len(shape.len(), "the mesh shape")?;
+    let names_len = abi_len(names.len(), "the mesh dim names")?;
+    // SAFETY: the host reads `ndim` i64s and `names_len` bytes, which `shape` and `names` own.
+    check(unsafe { ffi::dist_mesh_new(shape.as_ptr(), ndim, names.as_ptr(), names_len) })
+        .map(|h| h as u32)
+}
+
+/// This rank's group along the mesh dim `name`; returns its handle.
+pub(crate) fn dist_mesh_group(mesh: u32, name: &str) -> Result<u32> {
+    let len = abi_len(name.len(), "the mesh dim name")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
+    check(unsafe { ffi::dist_mesh_group(mesh, name.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// This rank's coordinate along the mesh dim `name`.
+pub(crate) fn dist_mesh_coord(mesh: u32, name: &str) -> Result<usize> {
+    let len = abi_len(name.len(), "the mesh dim name")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
+    check(unsafe { ffi::dist_mesh_coord(mesh, name.as_ptr(), len) }).map(|c| c as usize)
+}
+
+/// Distributes the whole tensor `h` over `mesh` with `placements`; returns the distributed
+/// tensor's handle.
+pub(crate) fn dist_distribute(mesh: u32, h: u32, placements: &str) -> Result<u32> {
+    let len = abi_len(placements.len(), "the placements")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
+    check(unsafe { ffi::dist_distribute(mesh, h, placements.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// Wraps this rank's local tensor `h` as a distributed tensor over `mesh` with `placements`;
+/// returns its handle.
+pub(crate) fn dist_from_local(mesh: u32, h: u32, placements: &str) -> Result<u32> {
+    let len = abi_len(placements.len(), "the placements")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
+    check(unsafe { ffi::dist_from_local(mesh, h, placements.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// A new distributed tensor with the target `placements`; returns its handle.
+pub(crate) fn dist_redistribute(dt: u32, placements: &str) -> Result<u32> {
+    let len = abi_len(placements.len(), "the placements")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
+    check(unsafe { ffi::dist_redistribute(dt, placements.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// The whole (replicated) tensor of a distributed tensor; returns its handle.
+pub(crate) fn dist_full_tensor(dt: u32) -> Result<u32> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_full_tensor(dt) }).map(|h| h as u32)
+}
+
+/// This rank's local shard of a distributed tensor; returns its handle.
+pub(crate) fn dist_to_local(dt: u32) -> Result<u32> {
+    // SAFETY: a scalar-only import.
+    check(unsafe { ffi::dist_to_local(dt) }).map(|h| h as u32)
+}
+
+/// The one-line description of a group, mesh or distributed tensor, in full.
+pub(crate) fn dist_describe(h: u32) -> Result<String> {
+    // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    read_bytes(|ptr, cap| unsafe { ffi::dist_describe(h, ptr, cap) })
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .map_err(Error::from_host)
 }

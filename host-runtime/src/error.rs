@@ -40,6 +40,10 @@ pub enum Error {
     /// A bad argument outside any op (a buffer that does not match its shape, a bad core).
     #[error("{0}")]
     Invalid(String),
+    /// A collective failed across ranks: the ranks disagreed on the op, dtype or shape, or a
+    /// rank never arrived.
+    #[error("{0}")]
+    Collective(String),
     /// The work was cancelled (an interrupt).
     #[error("cancelled: {0}")]
     Cancelled(String),

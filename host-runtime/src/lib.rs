@@ -5,6 +5,11 @@
 //! - [`device`]: the simulated Neuron topology, HBM accounting and the roofline cost model.
 //! - [`events`]: the typed event stream, its bus, summaries and Chrome trace export.
 //! - [`runtime`]: the eager runtime that ties them together: dispatch, timing, events.
+//! - [`compile`]: traced graphs, guards, passes and the program caches.
+//! - [`sandbox`]: WebAssembly guests and the host side of the guest ABI.
+//! - [`dist`]: process groups, the device mesh, collectives between ranks, distributed
+//!   tensors and the ring cost model.
+//! - [`spmd`]: the launcher that runs one module as N ranks.
 
 pub mod cancel;
 pub mod compile;
@@ -15,6 +20,7 @@ pub mod events;
 pub mod ops;
 pub mod runtime;
 pub mod sandbox;
+pub mod spmd;
 pub mod tensor;
 pub mod toolchain;
 

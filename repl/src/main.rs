@@ -48,6 +48,16 @@ enum Command {
         /// The largest linear memory the guest may have, in MiB.
         #[arg(long, default_value_t = 1024)]
         memory_mib: usize,
+        /// Run as this many ranks, one per NeuronCore, as `torchrun --nproc_per_node`.
+        #[arg(long, default_value_t = 1)]
+        nproc: u32,
+        /// Show every rank's output (by default only rank 0's).
+        #[arg(long)]
+        all_ranks: bool,
+        /// Seconds a collective waits for missing ranks before it reports a deadlock
+        /// (default: NEURONLAB_COLLECTIVE_TIMEOUT, or 5).
+        #[arg(long)]
+        collective_timeout: Option<String>,
         /// Numeric arguments for the entry.
         #[arg(allow_negative_numbers = true)]
         args: Vec<String>,
@@ -108,6 +118,9 @@ fn main() -> ExitCode {
             entry,
             deadline,
             memory_mib,
+            nproc,
+            all_ranks,
+            collective_timeout,
             args,
         } => {
             let limits = Limits {
@@ -115,7 +128,15 @@ fn main() -> ExitCode {
                 memory_bytes: memory_mib << 20,
                 ..Limits::default()
             };
-            run::run(&module, &entry, &args, limits)
+            let options = run::RunOptions {
+                entry,
+                args,
+                limits,
+                nproc,
+                all_ranks,
+                collective_timeout,
+            };
+            run::run(&module, options)
         }
         Command::Build { crate_dir, output } => build(&crate_dir, output.as_deref()).map(|_| ()),
         Command::Prebuilt { dir, sdk, check } => prebuilt(&dir, &sdk, check),

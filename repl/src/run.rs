@@ -1,13 +1,18 @@
-//! `neuronlab run`: one guest module, its output streamed to the terminal, then the event
-//! summary; a trap or host error exits non-zero with the error.
+//! `neuronlab run`: one guest module, as one rank or as N ranks (`--nproc`), its output
+//! streamed to the terminal (prefixed with the rank when there are several), then the event
+//! summary; a trap or host error on any rank exits non-zero with the error.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use neuronlab_runtime::device::topology::CoreId;
+use neuronlab_runtime::dist::comm::parse_timeout;
+use neuronlab_runtime::dist::WorldOptions;
 use neuronlab_runtime::events::{LogFilter, Summary};
 use neuronlab_runtime::sandbox::{GuestOutput, Limits, ModuleSource, Sandbox};
+use neuronlab_runtime::spmd::{
+    launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
+};
 use neuronlab_runtime::tensor::{format_tensor, FormatOptions};
 use neuronlab_runtime::Runtime;
 
@@ -30,8 +35,24 @@ fn show(output: GuestOutput) {
     }
 }
 
-/// Runs `entry` of the module at `path` with `args`.
-pub fn run(path: &Path, entry: &str, args: &[String], limits: Limits) -> Result<(), String> {
+/// What `neuronlab run` was asked to do.
+pub struct RunOptions {
+    /// The exported function to call.
+    pub entry: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Each rank's sandbox limits.
+    pub limits: Limits,
+    /// Number of ranks (1: a plain run).
+    pub nproc: u32,
+    /// Show every rank's output, not only rank 0's.
+    pub all_ranks: bool,
+    /// Seconds a collective waits for missing ranks (default: the environment or 5 s).
+    pub collective_timeout: Option<String>,
+}
+
+/// Runs the module at `path` as `options.nproc` ranks.
+pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     let sandbox = Sandbox::shared().map_err(|e| e.to_string())?;
     let module = sandbox.load_file(path).map_err(|e| e.to_string())?;
     let runtime = Arc::new(Runtime::from_env().map_err(|e| e.to_string())?);
@@ -43,27 +64,87 @@ pub fn run(path: &Path, entry: &str, args: &[String], limits: Limits) -> Result<
             }
         }));
     }
-    let mut guest = sandbox
-        .instantiate(&module, runtime.clone(), CoreId(0), limits, Box::new(show))
-        .map_err(|e| e.to_string())?;
-    let result = guest.call(entry, args);
+    let mut world = WorldOptions::from_env().map_err(|e| e.to_string())?;
+    if let Some(text) = &options.collective_timeout {
+        world.timeout = parse_timeout(text).map_err(|e| format!("--collective-timeout: {e}"))?;
+    }
+    let view = RankView {
+        all_ranks: options.all_ranks,
+        prefix: options.nproc > 1,
+    };
+    let outputs = Arc::new(RankOutputs::new(view, Box::new(show)));
+    let spmd = SpmdOptions {
+        nproc: options.nproc,
+        entry: options.entry.clone(),
+        args: options.args,
+        limits: options.limits,
+        world,
+    };
+    let sink = outputs.clone();
+    let results = launch(
+        sandbox,
+        &module,
+        runtime.clone(),
+        &spmd,
+        Arc::new(move |rank, o| sink.emit(rank, o)),
+        &SpmdInterrupt::new(),
+    )
+    .map_err(|e| e.to_string())?;
+    outputs.finish();
     let events = runtime.bus().events();
     let source = match &module.source {
         ModuleSource::Compiled => "compiled".to_string(),
         ModuleSource::DiskCache => "loaded from the module cache".to_string(),
         ModuleSource::Recompiled(why) => format!("recompiled ({why})"),
     };
+    let ranks = match options.nproc {
+        1 => String::new(),
+        n => format!(" as {n} ranks"),
+    };
     eprintln!(
-        "\n-- {} {source} in {:.1} ms\n-- {}",
+        "\n-- {} {source} in {:.1} ms, run{ranks}\n-- {}",
         module.name,
         module.load_time.as_secs_f64() * 1e3,
         Summary::from_events(&events)
             .to_string()
             .replace('\n', "\n-- ")
     );
-    let values = result.map_err(|e| e.to_string())?;
-    if !values.is_empty() {
-        println!("{entry} returned {}", values.join(", "));
+    report(&options.entry, results)
+}
+
+/// Prints rank 0's return values, or fails with every rank's error (ranks that failed the
+/// same way are listed together).
+fn report(entry: &str, results: Vec<RankResult>) -> Result<(), String> {
+    let mut failures: Vec<(String, Vec<u32>)> = Vec::new();
+    let mut returned = None;
+    for RankResult { rank, result } in results {
+        match result {
+            Ok(values) if rank == 0 => returned = Some(values),
+            Ok(_) => {}
+            Err(e) => {
+                let message = e.to_string();
+                match failures.iter_mut().find(|(m, _)| *m == message) {
+                    Some((_, ranks)) => ranks.push(rank),
+                    None => failures.push((message, vec![rank])),
+                }
+            }
+        }
     }
-    Ok(())
+    match failures.as_slice() {
+        [] => {
+            if let Some(values) = returned.filter(|v| !v.is_empty()) {
+                println!("{entry} returned {}", values.join(", "));
+            }
+            Ok(())
+        }
+        [(message, ranks)] if ranks == &[0] => Err(message.clone()),
+        _ => Err(failures
+            .iter()
+            .map(|(message, ranks)| {
+                let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                format!("rank {}: {message}", ranks.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")),
+    }
 }

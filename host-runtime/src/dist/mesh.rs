@@ -143,6 +143,19 @@ impl DeviceMesh {
     }
 }
 
+impl std::fmt::Display for DeviceMesh {
+    /// `mesh (fsdp=8, tp=4)`: each dim's name and size, in order.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims: Vec<String> = self
+            .names
+            .iter()
+            .zip(&self.shape)
+            .map(|(n, s)| format!("{n}={s}"))
+            .collect();
+        write!(f, "mesh ({})", dims.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,10 +9,18 @@
 //! - [`mesh`]: [`DeviceMesh`], an n-dimensional named layout of ranks, sliced by dimension name.
 //! - [`cost`]: [`collective_cost`], the modeled time of a collective on a group.
 
+pub mod comm;
 pub mod cost;
+pub mod dtensor;
 pub mod group;
+pub mod kernels;
 pub mod mesh;
+pub mod placement;
 
+pub use comm::{RankComm, World, WorldOptions, DEFAULT_COLLECTIVE_TIMEOUT};
 pub use cost::{collective_cost, Collective, CollectiveCost, STEP_LATENCY_S};
+pub use dtensor::{plan_redistribute, shard_layout, DTensor, RedistributeStep};
 pub use group::ProcessGroup;
+pub use kernels::ReduceOp;
 pub use mesh::DeviceMesh;
+pub use placement::{format_placements, Placement};

@@ -14,6 +14,7 @@ use super::handles::{HandleError, HandleTable};
 use super::output::{GuestOutput, OutputSink};
 use super::tracing::{self, before_data_read, GuestValue, Tracing};
 use crate::device::topology::CoreId;
+use crate::dist::RankComm;
 use crate::ops::{OpId, Registry};
 use crate::tensor::{
     checked_numel, format_tensor, Buffer, DType, FormatOptions, Tensor, TensorMeta,
@@ -23,7 +24,7 @@ use crate::{Error, Runtime};
 /// The import module every guest import comes from.
 pub const MODULE: &str = "neuronlab";
 
-/// Every import this host provides (the sys, tensor, op and compile groups of ABI 1.1).
+/// Every import this host provides (the sys, tensor, op, compile and dist groups of ABI 1.2).
 pub const IMPORTS: &[&str] = &[
     "last_error",
     "print",
@@ -51,6 +52,22 @@ pub const IMPORTS: &[&str] = &[
     "lazy_begin",
     "lazy_sync",
     "lazy_end",
+    "dist_rank",
+    "dist_world_size",
+    "dist_new_group",
+    "dist_group_size",
+    "dist_group_rank",
+    "dist_collective",
+    "dist_barrier",
+    "dist_mesh_new",
+    "dist_mesh_group",
+    "dist_mesh_coord",
+    "dist_distribute",
+    "dist_from_local",
+    "dist_redistribute",
+    "dist_full_tensor",
+    "dist_to_local",
+    "dist_describe",
 ];
 
 /// The ABI's error codes.
@@ -75,6 +92,8 @@ pub enum ErrorCode {
     TooSmall = -8,
     /// Known but not available here.
     Unavailable = -9,
+    /// A collective failed across ranks.
+    Collective = -10,
 }
 
 /// Most dims a tensor created by a guest may have.
@@ -100,6 +119,7 @@ impl From<Error> for Fail {
             Error::OpOutOfMemory { .. } | Error::Memory(_) => ErrorCode::Memory,
             Error::UnknownOp(_) => ErrorCode::UnknownOp,
             Error::Cancelled(_) => ErrorCode::Cancelled,
+            Error::Collective(_) => ErrorCode::Collective,
             Error::Invalid(_) | Error::Topology(_) => ErrorCode::Invalid,
         };
         Fail(code, e.to_string())
@@ -116,31 +136,34 @@ pub struct GuestState {
     pub(super) output: OutputSink,
     pub(super) limits: StoreLimits,
     pub(super) interrupt: Arc<AtomicBool>,
+    pub(super) comm: RankComm,
     pub(super) call_started: Instant,
     started: Instant,
 }
 
 impl GuestState {
-    /// State for a new instance.
+    /// State for a new instance that is rank `comm` of its world, creating tensors on the
+    /// rank's core.
     pub(super) fn new(
-        runtime: Arc<Runtime>,
-        core: CoreId,
+        mut comm: RankComm,
         output: OutputSink,
         limits: StoreLimits,
         interrupt: Arc<AtomicBool>,
     ) -> GuestState {
+        comm.set_cancel_flag(interrupt.clone());
         // Distinct salts make a handle from one instance stale in another.
         static SALT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x5a3);
         let salt = SALT.fetch_add(0x9e7, Ordering::Relaxed);
         GuestState {
-            runtime,
-            core,
+            runtime: comm.runtime().clone(),
+            core: comm.core(),
             handles: HandleTable::new(salt),
             tracing: Tracing::default(),
             last_error: String::new(),
             output,
             limits,
             interrupt,
+            comm,
             call_started: Instant::now(),
             started: Instant::now(),
         }
@@ -150,7 +173,7 @@ impl GuestState {
 pub(super) type Ctx<'a> = Caller<'a, GuestState>;
 
 /// Converts an import's result to the i32 the guest sees, recording the error message.
-fn status(caller: &mut Ctx, r: HostResult<i32>) -> i32 {
+pub(super) fn status(caller: &mut Ctx, r: HostResult<i32>) -> i32 {
     match r {
         Ok(v) => v,
         Err(Fail(code, message)) => {
@@ -246,6 +269,7 @@ fn meta(caller: &Ctx, h: i32) -> HostResult<TensorMeta> {
             )
         }),
         GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+        GuestValue::Dist(d) => Err(d.not_a_tensor()),
     }
 }
 
@@ -369,6 +393,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
             .map(|v| match v {
                 GuestValue::Eager(t) => Ok(t),
                 GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+                GuestValue::Dist(d) => Err(d.not_a_tensor()),
                 GuestValue::Traced(_) => Err(Fail(
                     ErrorCode::Handle,
                     "a traced tensor was used outside its recording".into(),
@@ -612,7 +637,8 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             status(&mut c, r)
         },
     )?;
-    define_compile(linker)
+    define_compile(linker)?;
+    super::dist::define(linker)
 }
 
 /// The compile group: compiled functions through the trampoline, and lazy mode.

@@ -16,6 +16,7 @@ use super::error::{GuestError, GuestErrorKind};
 use super::limits::Limits;
 use super::output::OutputSink;
 use crate::device::topology::CoreId;
+use crate::dist::{RankComm, World};
 use crate::Runtime;
 
 /// The ABI major version this host speaks (guest-sdk/ABI.md).
@@ -203,8 +204,8 @@ impl Sandbox {
         ))
     }
 
-    /// Instantiates `module` on `runtime`, creating tensors on `core`, with `output` receiving
-    /// everything the guest prints or displays as it happens.
+    /// Instantiates `module` on `runtime` as a world of one rank, creating tensors on `core`,
+    /// with `output` receiving everything the guest prints or displays as it happens.
     pub fn instantiate(
         &self,
         module: &GuestModule,
@@ -216,6 +217,19 @@ impl Sandbox {
         runtime
             .check_core(core)
             .map_err(|e| GuestError::new(GuestErrorKind::Host, e.to_string()))?;
+        let comm = World::single(runtime, core).rank(0);
+        self.instantiate_rank(module, comm, limits, output)
+    }
+
+    /// Instantiates `module` as the rank `comm` of an SPMD world (see [`crate::spmd`]):
+    /// its tensors live on the rank's core and its collectives meet the other ranks'.
+    pub fn instantiate_rank(
+        &self,
+        module: &GuestModule,
+        comm: RankComm,
+        limits: Limits,
+        output: OutputSink,
+    ) -> Result<Guest, GuestError> {
         let interrupt = Arc::new(AtomicBool::new(false));
         let store_limits: StoreLimits = StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
@@ -223,7 +237,7 @@ impl Sandbox {
             .instances(1)
             .trap_on_grow_failure(true)
             .build();
-        let state = GuestState::new(runtime, core, output, store_limits, interrupt.clone());
+        let state = GuestState::new(comm, output, store_limits, interrupt.clone());
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         let deadline = limits.deadline;

@@ -11,6 +11,7 @@
 mod abi;
 mod attrs;
 mod cache;
+mod dist;
 mod error;
 mod guest;
 mod handles;
@@ -20,6 +21,7 @@ mod tracing;
 
 pub use abi::{ErrorCode, IMPORTS, MODULE};
 pub use cache::{cache_root, ModuleSource};
+pub use dist::DistValue;
 pub use error::{GuestError, GuestErrorKind};
 pub use guest::{Guest, GuestModule, InterruptHandle, Sandbox, ABI_MAJOR, ABI_MINOR};
 pub use handles::{HandleError, HandleTable, MAX_HANDLES};

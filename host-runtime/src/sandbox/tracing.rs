@@ -16,6 +16,7 @@ use super::abi::{
     read, read_handles, read_str, value, write_capped, write_new_handles, Ctx, ErrorCode, Fail,
     HostResult,
 };
+use super::dist::DistValue;
 use crate::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use crate::compile::graph::{Producer, ValueId};
 use crate::compile::guards::Signature;
@@ -32,6 +33,8 @@ pub enum GuestValue {
     Traced(ValueId),
     /// A traced value whose recording ended without it; the message says why.
     Gone(String),
+    /// A process group, device mesh or distributed tensor.
+    Dist(DistValue),
 }
 
 /// Why a recording is active.
@@ -100,6 +103,7 @@ fn value_id(recorder: &mut Recorder, v: &GuestValue) -> HostResult<ValueId> {
         GuestValue::Traced(id) => Ok(*id),
         GuestValue::Eager(t) => Ok(recorder.bind(t)),
         GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
+        GuestValue::Dist(d) => Err(d.not_a_tensor()),
     }
 }
 
@@ -184,6 +188,7 @@ pub fn before_data_read(c: &mut Ctx, h: i32, what: &str) -> HostResult<Tensor> {
         return match v {
             GuestValue::Eager(t) => Ok(t),
             GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+            GuestValue::Dist(d) => Err(d.not_a_tensor()),
             GuestValue::Traced(_) => unreachable!("handled below"),
         };
     };
@@ -282,6 +287,7 @@ fn eager_tensors(values: Vec<GuestValue>) -> HostResult<Vec<Tensor>> {
         .map(|v| match v {
             GuestValue::Eager(t) => Ok(t),
             GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
+            GuestValue::Dist(d) => Err(d.not_a_tensor()),
             GuestValue::Traced(_) => Err(Fail(
                 ErrorCode::Invalid,
                 "a traced value escaped its recording".into(),
