@@ -381,3 +381,72 @@ fn a_trap_while_tracing_leaves_the_compile_cache_consistent() {
     assert_eq!(call_i32(&mut g, "call", &["1"]), 1);
     s.assert_healthy();
 }
+
+/// The guest's last error message: the fixture's `error` export prints it to stderr.
+fn dist_error(s: &Session, g: &mut Guest) -> String {
+    s.output.lock().unwrap().clear();
+    assert!(call_i32(g, "error", &[]) > 0, "no error message");
+    s.output
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|o| match o {
+            GuestOutput::Stderr(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn dist_calls_in_a_plain_run_are_a_world_of_one_and_bad_ones_are_errors() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("dist.wat").unwrap();
+    assert_eq!(call_i32(&mut g, "world_size", &[]), 1);
+    assert_eq!(g.call("sum_of_ranks", &[]).unwrap(), vec!["1"]);
+    let cases: [(&str, ErrorCode, &str); 8] = [
+        (
+            "tensor_as_group",
+            ErrorCode::Handle,
+            "the handle is a tensor, but a process group is expected",
+        ),
+        (
+            "group_as_tensor",
+            ErrorCode::Handle,
+            "the handle is a process group, not a tensor",
+        ),
+        (
+            "bad_op",
+            ErrorCode::Invalid,
+            "'bogus' is not a collective; dist_collective takes all_reduce",
+        ),
+        (
+            "bad_dim",
+            ErrorCode::Invalid,
+            "all_gather: dim 3 is out of range for a tensor of 1 dim(s) (f32[1])",
+        ),
+        (
+            "repeated_rank",
+            ErrorCode::Invalid,
+            "a group of 2 ranks cannot exist in a world of 1",
+        ),
+        (
+            "rank_outside_world",
+            ErrorCode::Invalid,
+            "rank 5 in process group [5] is outside the world of 1",
+        ),
+        (
+            "mesh_of_wrong_size",
+            ErrorCode::Invalid,
+            "(this launch has 1 rank(s): --nproc sets it)",
+        ),
+        ("bad_pointer", ErrorCode::Bounds, "outside guest memory"),
+    ];
+    for (entry, code, message) in cases {
+        assert_eq!(call_i32(&mut g, entry, &[]), code as i32, "{entry}");
+        let e = dist_error(&s, &mut g);
+        assert!(e.contains(message), "{entry}: {e}");
+    }
+    // After every error the guest and the host still work.
+    assert_eq!(g.call("sum_of_ranks", &[]).unwrap(), vec!["1"]);
+    s.assert_healthy();
+}

@@ -115,6 +115,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
 /// Prints rank 0's return values, or fails with every rank's error (ranks that failed the
 /// same way are listed together).
 fn report(entry: &str, results: Vec<RankResult>) -> Result<(), String> {
+    let nproc = results.len();
     let mut failures: Vec<(String, Vec<u32>)> = Vec::new();
     let mut returned = None;
     for RankResult { rank, result } in results {
@@ -142,7 +143,11 @@ fn report(entry: &str, results: Vec<RankResult>) -> Result<(), String> {
             .iter()
             .map(|(message, ranks)| {
                 let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
-                format!("rank {}: {message}", ranks.join(", "))
+                match ranks.len() {
+                    n if n == nproc => format!("all {n} ranks: {message}"),
+                    1 => format!("rank {}: {message}", ranks[0]),
+                    _ => format!("ranks {}: {message}", ranks.join(", ")),
+                }
             })
             .collect::<Vec<_>>()
             .join("\n")),

@@ -516,6 +516,11 @@ impl RankComm {
                 .expect("meeting stays until collected");
             if let Some(outcome) = &meeting.outcome {
                 let outcome = outcome.clone();
+                if outcome.is_err() && self.interrupted() {
+                    return Err(Error::Cancelled(format!(
+                        "interrupted while waiting in {what}"
+                    )));
+                }
                 if outcome.is_ok() {
                     meeting.collected += 1;
                     if meeting.collected == group.size() {
@@ -525,6 +530,17 @@ impl RankComm {
                 return outcome.map_err(Error::Collective);
             }
             let missing = meeting.missing(group);
+            if self.interrupted() {
+                meeting.outcome = Some(Err(format!(
+                    "{what} was interrupted on rank {} while rank(s) {} had not arrived",
+                    self.rank,
+                    list(&missing)
+                )));
+                world.changed.notify_all();
+                return Err(Error::Cancelled(format!(
+                    "interrupted while waiting in {what}"
+                )));
+            }
             let gone: Vec<String> = missing
                 .iter()
                 .filter_map(|r| ended.get(r).map(|how| format!("rank {r} {how}")))
@@ -532,7 +548,7 @@ impl RankComm {
             let waited = meeting.opened.elapsed();
             let failure = if !gone.is_empty() {
                 Some(format!(
-                    "{what} cannot complete: {} without reaching it; ranks {} are waiting",
+                    "{what} cannot complete: {} without reaching it; rank(s) {} are waiting",
                     gone.join(", "),
                     list(&arrived(group, &missing))
                 ))
@@ -546,20 +562,6 @@ impl RankComm {
                     list(&missing),
                     list(&arrived(group, &missing)),
                 ))
-            } else if self
-                .cancel
-                .as_ref()
-                .is_some_and(|f| f.load(Ordering::SeqCst))
-            {
-                meeting.outcome = Some(Err(format!(
-                    "{what} was interrupted on rank {} while rank(s) {} had not arrived",
-                    self.rank,
-                    list(&missing)
-                )));
-                world.changed.notify_all();
-                return Err(Error::Cancelled(format!(
-                    "interrupted while waiting in {what}"
-                )));
             } else {
                 None
             };
@@ -575,6 +577,12 @@ impl RankComm {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    fn interrupted(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
     /// Publishes this rank's `collective` event.

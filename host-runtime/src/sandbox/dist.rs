@@ -14,7 +14,7 @@ use super::abi::{
 };
 use super::attrs;
 use super::tracing::{before_data_read, GuestValue};
-use crate::dist::{DeviceMesh, ProcessGroup, RankComm, ReduceOp};
+use crate::dist::{DTensor, DeviceMesh, Placement, ProcessGroup, RankComm, ReduceOp};
 use crate::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use crate::tensor::Tensor;
 
@@ -25,6 +25,8 @@ pub enum DistValue {
     Group(Arc<ProcessGroup>),
     /// A device mesh.
     Mesh(Arc<DeviceMesh>),
+    /// A distributed tensor.
+    DTensor(Arc<DTensor>),
 }
 
 impl DistValue {
@@ -33,12 +35,19 @@ impl DistValue {
         match self {
             DistValue::Group(_) => "a process group",
             DistValue::Mesh(_) => "a device mesh",
+            DistValue::DTensor(_) => "a distributed tensor",
         }
     }
 
     /// The failure of using it where a tensor is expected.
     pub(super) fn not_a_tensor(&self) -> Fail {
-        let hint = "";
+        let hint = match self {
+            DistValue::DTensor(_) => {
+                "; take its local shard with dist_to_local or the whole tensor with \
+                 dist_full_tensor"
+            }
+            _ => "",
+        };
         Fail(
             ErrorCode::Handle,
             format!("the handle is {}, not a tensor{hint}", self.kind()),
@@ -89,6 +98,13 @@ fn mesh(c: &mut Ctx, m: i32) -> HostResult<Arc<DeviceMesh>> {
     match value(c, m)? {
         GuestValue::Dist(DistValue::Mesh(mesh)) => Ok(mesh),
         other => Err(wrong_kind(&other, "a device mesh")),
+    }
+}
+
+fn dtensor(c: &mut Ctx, h: i32) -> HostResult<Arc<DTensor>> {
+    match value(c, h)? {
+        GuestValue::Dist(DistValue::DTensor(dt)) => Ok(dt),
+        other => Err(wrong_kind(&other, "a distributed tensor")),
     }
 }
 
@@ -193,6 +209,11 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
     insert(c, out)
 }
 
+fn placements(c: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<Placement>> {
+    let text = read_str(c, ptr, len, "the placements")?;
+    Placement::parse_list(&text).map_err(|e| Fail(ErrorCode::Invalid, e))
+}
+
 fn mesh_new(
     c: &mut Ctx,
     shape_ptr: i32,
@@ -237,6 +258,7 @@ fn describe(c: &mut Ctx, h: i32) -> HostResult<String> {
     Ok(match value(c, h)? {
         GuestValue::Dist(DistValue::Group(g)) => format!("group {g}"),
         GuestValue::Dist(DistValue::Mesh(m)) => m.to_string(),
+        GuestValue::Dist(DistValue::DTensor(dt)) => dt.to_string(),
         other => return Err(wrong_kind(&other, "a group, mesh or distributed tensor")),
     })
 }
@@ -340,6 +362,68 @@ pub(super) fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             status(&mut c, r)
         },
     )?;
+    linker.func_wrap(
+        MODULE,
+        "dist_distribute",
+        |mut c: Ctx, m: i32, h: i32, p_ptr: i32, p_len: i32| {
+            let r = (|| {
+                let mesh = mesh(&mut c, m)?;
+                let placements = placements(&mut c, p_ptr, p_len)?;
+                let t = input(&mut c, h, "distribute")?;
+                let interrupt = c.data().interrupt.clone();
+                let comm = comm(&mut c);
+                let dt = crate::cancel::with_token(interrupt, || {
+                    DTensor::distribute(comm, mesh, &t, &placements)
+                })?;
+                insert_dist(&mut c, DistValue::DTensor(Arc::new(dt)))
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "dist_from_local",
+        |mut c: Ctx, m: i32, h: i32, p_ptr: i32, p_len: i32| {
+            let r = (|| {
+                let mesh = mesh(&mut c, m)?;
+                let placements = placements(&mut c, p_ptr, p_len)?;
+                let t = input(&mut c, h, "from_local")?;
+                let dt = DTensor::from_local(comm(&mut c), mesh, t, &placements)?;
+                insert_dist(&mut c, DistValue::DTensor(Arc::new(dt)))
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "dist_redistribute",
+        |mut c: Ctx, h: i32, p_ptr: i32, p_len: i32| {
+            let r = (|| {
+                let dt = dtensor(&mut c, h)?;
+                let placements = placements(&mut c, p_ptr, p_len)?;
+                let interrupt = c.data().interrupt.clone();
+                let comm = comm(&mut c);
+                let out =
+                    crate::cancel::with_token(interrupt, || dt.redistribute(comm, &placements))?;
+                insert_dist(&mut c, DistValue::DTensor(Arc::new(out)))
+            })();
+            status(&mut c, r)
+        },
+    )?;
+    linker.func_wrap(MODULE, "dist_full_tensor", |mut c: Ctx, h: i32| {
+        let r = (|| {
+            let dt = dtensor(&mut c, h)?;
+            let interrupt = c.data().interrupt.clone();
+            let comm = comm(&mut c);
+            let t = crate::cancel::with_token(interrupt, || dt.full_tensor(comm))?;
+            insert(&mut c, t)
+        })();
+        status(&mut c, r)
+    })?;
+    linker.func_wrap(MODULE, "dist_to_local", |mut c: Ctx, h: i32| {
+        let r = dtensor(&mut c, h).and_then(|dt| insert(&mut c, dt.to_local().clone()));
+        status(&mut c, r)
+    })?;
     linker.func_wrap(
         MODULE,
         "dist_describe",

@@ -80,7 +80,7 @@ fn run() -> neuronlab::Result<()> {
     let tp_coord = mesh.coordinate("tp")?;
     let tp = mesh.group("tp")?;
     let fsdp = mesh.group("fsdp")?;
-    println!("mesh: {mesh}");
+    println!("{mesh}");
     println!("rank {rank} of {world}: coordinates fsdp={fsdp_coord}, tp={tp_coord}");
     println!("tp group: {tp}");
     println!("fsdp group: {fsdp}");
@@ -111,11 +111,11 @@ fn run() -> neuronlab::Result<()> {
     let p_ok = identical(&p_dist.full_tensor()?, &p)?;
     println!("all-gather of the sharded parameter: {}", verdict(p_ok));
 
-    // (b) Each rank's gradient differs. As Partial(sum) over fsdp, its value is the sum over
-    // the fsdp group; redistributing to Shard(0) is a reduce-scatter over each fsdp group,
-    // which leaves each rank the sum of its rows only. Replicate() over tp is taken as given
-    // (from_local does not communicate), and each fsdp group reduces on its own.
-    let g = randn_f32(&[ROWS, COLS], SEED + i64::from(rank))?;
+    // (b) Each data-parallel replica (fsdp coordinate) computed a different gradient; the tp
+    // ranks of one chip hold the same one, as Replicate() over tp says. As Partial(sum) over
+    // fsdp, its value is the sum over the fsdp group; redistributing to Shard(0) is a
+    // reduce-scatter over each fsdp group, which leaves each rank the sum of its rows only.
+    let g = randn_f32(&[ROWS, COLS], SEED + fsdp_coord as i64)?;
     let partial = [Placement::Partial(ReduceOp::Sum), Placement::Replicate];
     let g_shard = DTensor::from_local(&g, &mesh, &partial)?
         .redistribute(&sharded)?
