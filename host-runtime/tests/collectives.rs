@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use half::{bf16, f16};
 use neuronlab_runtime::device::topology::Topology;
 use neuronlab_runtime::dist::{ProcessGroup, RankComm, ReduceOp, World, WorldOptions};
-use neuronlab_runtime::events::EventKind;
+use neuronlab_runtime::events::{chrome_trace, EventKind};
 use neuronlab_runtime::runtime::RuntimeOptions;
 use neuronlab_runtime::tensor::Buffer;
 use neuronlab_runtime::{DType, Error, Runtime, Tensor};
@@ -430,6 +430,21 @@ fn subgroups_fold_in_their_own_ring_order_and_emit_events_per_rank() {
         assert_eq!(ar.bytes, 33 * 4);
         assert_eq!(ar.mesh_dim.as_deref(), Some("pairs"));
         assert!(ar.modeled_us > 0.0 && ar.host_us >= 0.0);
+    }
+    // In the Chrome trace, each rank's collectives are slices on its own track, measured on the
+    // host (pid 1) and modeled on the device (pid 2).
+    let trace = chrome_trace(&events);
+    for pid in [1, 2] {
+        for rank in 0..8u64 {
+            let slices: Vec<&str> = trace["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["cat"] == "collective" && e["pid"] == pid && e["tid"] == rank)
+                .map(|e| e["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(slices, ["all_reduce", "barrier"], "pid {pid}, rank {rank}");
+        }
     }
 }
 

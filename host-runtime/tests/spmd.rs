@@ -76,7 +76,7 @@ impl Lab {
                 .result
                 .as_ref()
                 .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-            assert_eq!(values, &[expected.clone()], "rank {rank} of {n}");
+            assert_eq!(values[0], expected, "rank {rank} of {n}");
         }
     }
 }

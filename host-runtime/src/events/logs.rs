@@ -126,8 +126,12 @@ impl LogFilter {
                 format!("[recompiles] '{function}' reached its recompile limit ({limit}); later calls run eagerly")
             }
             EventKind::Collective(c) if self.wants("collectives") => format!(
-                "[collectives] {} over ranks {:?}: {}, host {}, modeled {}",
+                "[collectives] {} {} over {}{:?}: {}, host {}, modeled {}",
+                event.core,
                 c.op,
+                c.mesh_dim
+                    .as_deref()
+                    .map_or(String::new(), |d| format!("{d} ")),
                 c.group,
                 bytes(c.bytes),
                 duration_us(c.host_us),
