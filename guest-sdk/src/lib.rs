@@ -12,13 +12,16 @@
 //!   [`randn`]) and list ops ([`cat`]), and [`call`] for any op by name with [`Attrs`].
 //! - [`from_slice`] to make a tensor from guest data, and [`DType`] with the [`Element`]
 //!   types.
-//! - Output to the cell: [`println!`], [`print!`], [`eprintln!`], [`eprint!`],
+//! - Output to the cell: [`println!`], [`print!`], [`eprintln!`], [`eprint!`], [`dbg!`],
 //!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`].
 //! - [`compile`] for compiled functions with guards and recompile reasons, [`lazy`] and
 //!   [`sync`] for lazy mode.
 //! - [`dist`] for runs of several ranks (`neuronlab run --nproc N`): the rank and world size,
 //!   process [`Group`]s and the collectives ([`dist::all_reduce`] and the rest), a
 //!   [`DeviceMesh`] and distributed tensors ([`DTensor`] with [`Placement`]s).
+//! - [`vars`] for session variables: tensors and plain values a notebook or REPL cell leaves
+//!   for later cells ([`vars::set_tensor`], [`vars::tensor`], [`vars::set_value`],
+//!   [`vars::value`]).
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
 //!   panics in the cell.
 //!
@@ -67,6 +70,7 @@ mod output;
 pub mod prelude;
 mod sys;
 mod tensor;
+pub mod vars;
 
 pub use attrs::Attrs;
 pub use compile::{
@@ -86,4 +90,8 @@ pub use tensor::{from_slice, Tensor};
 pub mod __private {
     pub use crate::output::print;
     pub use crate::sys::Stream;
+    pub use crate::vars::{
+        show_text, KeepLocal, KeepPlain, KeepTensor, ShowDebug, ShowDisplay, ShowOpaque,
+        ShowTensor, ShowUnit, Wrap,
+    };
 }

@@ -1,4 +1,4 @@
-//! Cell output: the `print!` family of macros, rich display, and the host clock.
+//! Cell output: the `print!` family of macros and `dbg!`, rich display, and the host clock.
 
 use std::fmt;
 use std::time::Duration;
@@ -98,6 +98,55 @@ macro_rules! eprintln {
             $crate::__private::Stream::Stderr,
             ::std::format_args!("{}\n", ::std::format_args!($($arg)*)),
         )
+    };
+}
+
+/// Prints an expression and its value to the cell's stderr and returns the value, like
+/// `std::dbg!`.
+///
+/// `dbg!(expr)` writes `[file:line:col] expr = value` with the value's pretty `Debug`
+/// (`{:#?}`), then returns the value (moving it, as std's does; use `dbg!(&x)` to keep `x`).
+/// With several expressions it returns them as a tuple; with none it prints only the
+/// location. On `wasm32-unknown-unknown`, `std::dbg!` writes nowhere; this one writes through
+/// the `print` import. Import it by name: `use neuronlab::dbg;`.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::dbg;
+///
+/// let n = dbg!(2 * 21); // stderr: [src/lib.rs:3:9] 2 * 21 = 42
+/// let (a, b) = dbg!(n, n + 1);
+/// dbg!(&x.shape());
+/// ```
+#[macro_export]
+macro_rules! dbg {
+    () => {
+        $crate::eprintln!(
+            "[{}:{}:{}]",
+            ::core::file!(),
+            ::core::line!(),
+            ::core::column!()
+        )
+    };
+    ($val:expr $(,)?) => {
+        // `match` keeps temporaries in `$val` alive for the print, as std's does.
+        match $val {
+            tmp => {
+                $crate::eprintln!(
+                    "[{}:{}:{}] {} = {:#?}",
+                    ::core::file!(),
+                    ::core::line!(),
+                    ::core::column!(),
+                    ::core::stringify!($val),
+                    &tmp
+                );
+                tmp
+            }
+        }
+    };
+    ($($val:expr),+ $(,)?) => {
+        ($($crate::dbg!($val)),+,)
     };
 }
 

@@ -1,4 +1,4 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile and dist groups) and thin
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist and vars groups) and thin
 //! safe wrappers over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
@@ -111,6 +111,17 @@ mod ffi {
         pub fn dist_full_tensor(dt: u32) -> i32;
         pub fn dist_to_local(dt: u32) -> i32;
         pub fn dist_describe(h: u32, ptr: *mut u8, cap: i32) -> i32;
+
+        pub fn var_set_tensor(name_ptr: *const u8, name_len: i32, h: u32) -> i32;
+        pub fn var_get_tensor(name_ptr: *const u8, name_len: i32) -> i32;
+        pub fn var_set_value(
+            name_ptr: *const u8,
+            name_len: i32,
+            kind: i32,
+            ptr: *const u8,
+            len: i32,
+        ) -> i32;
+        pub fn var_get_value(name_ptr: *const u8, name_len: i32, ptr: *mut u8, cap: i32) -> i32;
     }
 }
 
@@ -499,6 +510,40 @@ pub(crate) fn dist_to_local(dt: u32) -> Result<u32> {
 pub(crate) fn dist_describe(h: u32) -> Result<String> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::dist_describe(h, ptr, cap) })
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .map_err(Error::from_host)
+}
+
+/// Makes the session variable `name` refer to tensor `h` (the handle stays the guest's).
+pub(crate) fn var_set_tensor(name: &str, h: u32) -> Result<()> {
+    let len = abi_len(name.len(), "the variable name")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
+    check(unsafe { ffi::var_set_tensor(name.as_ptr(), len, h) }).map(drop)
+}
+
+/// A new handle to the tensor of the session variable `name`.
+pub(crate) fn var_get_tensor(name: &str) -> Result<u32> {
+    let len = abi_len(name.len(), "the variable name")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
+    check(unsafe { ffi::var_get_tensor(name.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// Sets the session variable `name` to a value of `kind` (1: a plain value with the payload
+/// `<type>\n<text>`; 0: a value local to its cell, with its type name as the payload).
+pub(crate) fn var_set_value(name: &str, kind: i32, payload: &str) -> Result<()> {
+    let name_len = abi_len(name.len(), "the variable name")?;
+    let len = abi_len(payload.len(), "the value")?;
+    // SAFETY: the host reads `name_len` bytes and `len` bytes, which `name` and `payload` own.
+    check(unsafe { ffi::var_set_value(name.as_ptr(), name_len, kind, payload.as_ptr(), len) })
+        .map(drop)
+}
+
+/// The payload `<type>\n<text>` of the plain session variable `name`, in full.
+pub(crate) fn var_get_value(name: &str) -> Result<String> {
+    let name_len = abi_len(name.len(), "the variable name")?;
+    // SAFETY: the host reads `name_len` bytes at the name pointer, which `name` owns, and
+    // writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    read_bytes(|ptr, cap| unsafe { ffi::var_get_value(name.as_ptr(), name_len, ptr, cap) })
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .map_err(Error::from_host)
 }

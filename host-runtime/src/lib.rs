@@ -10,6 +10,9 @@
 //! - [`dist`]: process groups, the device mesh, collectives between ranks, distributed
 //!   tensors and the ring cost model.
 //! - [`spmd`]: the launcher that runs one module as N ranks.
+//! - [`session`]: the session engine behind the REPL and the Jupyter kernel: cells, magics,
+//!   variables, completion.
+//! - [`vars`]: session variables, the tensors and values cells leave for later cells.
 
 pub mod cancel;
 pub mod compile;
@@ -20,9 +23,11 @@ pub mod events;
 pub mod ops;
 pub mod runtime;
 pub mod sandbox;
+pub mod session;
 pub mod spmd;
 pub mod tensor;
 pub mod toolchain;
+pub mod vars;
 
 pub use error::{Error, Result};
 pub use runtime::Runtime;

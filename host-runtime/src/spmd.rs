@@ -11,12 +11,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::dist::{World, WorldOptions};
+use crate::dist::{RankComm, World, WorldOptions};
 use crate::sandbox::{
     GuestError, GuestErrorKind, GuestModule, GuestOutput, InterruptHandle, Limits, OutputSink,
     Sandbox,
 };
 use crate::tensor::{format_tensor, FormatOptions};
+use crate::vars::VarStore;
 use crate::{Error, Runtime};
 
 /// What to launch.
@@ -79,6 +80,7 @@ impl SpmdInterrupt {
 
 /// Runs `module` as `options.nproc` ranks on `runtime` and waits for all of them.
 ///
+/// Every rank reads and writes the session variables `vars` (the last write of a name wins).
 /// `output` receives each rank's output as it happens, tagged with the rank. Returns every
 /// rank's result in rank order; fails before starting when the world cannot exist (more
 /// ranks than cores).
@@ -86,6 +88,7 @@ pub fn launch(
     sandbox: &Sandbox,
     module: &GuestModule,
     runtime: Arc<Runtime>,
+    vars: Arc<VarStore>,
     options: &SpmdOptions,
     output: Arc<dyn Fn(u32, GuestOutput) + Send + Sync>,
     interrupt: &SpmdInterrupt,
@@ -94,13 +97,14 @@ pub fn launch(
     let results = std::thread::scope(|scope| {
         let ranks: Vec<_> = (0..options.nproc)
             .map(|rank| {
-                let (world, output) = (world.clone(), output.clone());
+                let (world, output, vars) = (world.clone(), output.clone(), vars.clone());
                 let sink: OutputSink = Box::new(move |o| output(rank, o));
                 std::thread::Builder::new()
                     .name(format!("neuronlab-rank{rank}"))
                     .spawn_scoped(scope, move || {
+                        let comm = world.rank(rank);
                         let result =
-                            run_rank(sandbox, module, &world, rank, options, sink, interrupt);
+                            run_rank(sandbox, module, comm, vars, options, sink, interrupt);
                         let how = match &result {
                             Ok(_) => "finished".to_string(),
                             Err(e) => format!("stopped with an error ({})", e.message),
@@ -143,14 +147,13 @@ pub fn launch(
 fn run_rank(
     sandbox: &Sandbox,
     module: &GuestModule,
-    world: &Arc<World>,
-    rank: u32,
+    comm: RankComm,
+    vars: Arc<VarStore>,
     options: &SpmdOptions,
     sink: OutputSink,
     interrupt: &SpmdInterrupt,
 ) -> Result<Vec<String>, GuestError> {
-    let mut guest =
-        sandbox.instantiate_rank(module, world.rank(rank), options.limits.clone(), sink)?;
+    let mut guest = sandbox.instantiate_rank(module, comm, vars, options.limits.clone(), sink)?;
     interrupt.register(guest.interrupt_handle());
     guest.call(&options.entry, &options.args)
 }

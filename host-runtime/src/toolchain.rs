@@ -102,7 +102,9 @@ impl Toolchain {
         }
     }
 
-    fn cargo(&self, crate_dir: &Path, target_dir: &Path) -> Command {
+    /// The `cargo build --release` command for the guest crate in `crate_dir`, building into
+    /// `target_dir`; callers may add arguments (such as `--message-format`).
+    pub fn build_command(&self, crate_dir: &Path, target_dir: &Path) -> Command {
         let mut cmd = match self {
             Toolchain::Rustup { cargo } => {
                 let mut c = Command::new(cargo);
@@ -137,7 +139,7 @@ impl Toolchain {
     pub fn build(&self, crate_dir: &Path, target_dir: &Path) -> Result<PathBuf, String> {
         let name = package_name(crate_dir)?;
         let status = self
-            .cargo(crate_dir, target_dir)
+            .build_command(crate_dir, target_dir)
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {
@@ -146,10 +148,7 @@ impl Toolchain {
                 crate_dir.display()
             ));
         }
-        let wasm = target_dir
-            .join(TARGET)
-            .join("release")
-            .join(format!("{}.wasm", name.replace('-', "_")));
+        let wasm = wasm_path(target_dir, &name);
         if !wasm.is_file() {
             return Err(format!(
                 "cargo succeeded but {} is missing: is the crate a `cdylib`? Add\n  [lib]\n  crate-type = [\"cdylib\"]",
@@ -158,6 +157,14 @@ impl Toolchain {
         }
         Ok(wasm)
     }
+}
+
+/// Where `cargo build --release` puts the module of package `name`.
+pub fn wasm_path(target_dir: &Path, name: &str) -> PathBuf {
+    target_dir
+        .join(TARGET)
+        .join("release")
+        .join(format!("{}.wasm", name.replace('-', "_")))
 }
 
 /// The `[package] name` of the crate in `crate_dir`.

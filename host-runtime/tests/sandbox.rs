@@ -7,11 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use neuronlab_runtime::device::topology::{CoreId, Topology};
+use neuronlab_runtime::dist::World;
 use neuronlab_runtime::ops::Attrs;
 use neuronlab_runtime::runtime::RuntimeOptions;
 use neuronlab_runtime::sandbox::{
     ErrorCode, Guest, GuestError, GuestErrorKind, GuestOutput, Limits, ModuleSource, Sandbox,
 };
+use neuronlab_runtime::vars::{Var, VarStore};
 use neuronlab_runtime::{Runtime, Tensor};
 
 fn fixture(name: &str) -> PathBuf {
@@ -449,4 +451,93 @@ fn dist_calls_in_a_plain_run_are_a_world_of_one_and_bad_ones_are_errors() {
     // After every error the guest and the host still work.
     assert_eq!(g.call("sum_of_ranks", &[]).unwrap(), vec!["1"]);
     s.assert_healthy();
+}
+
+#[test]
+fn vars_are_shared_by_the_guests_of_a_session_and_bad_ones_are_errors() {
+    let s = Session::new(1 << 30);
+    let module = s.sandbox.load_file(&fixture("vars.wat")).unwrap();
+    let vars = Arc::new(VarStore::new());
+    let instantiate = || {
+        let output = s.output.clone();
+        s.sandbox
+            .instantiate_rank(
+                &module,
+                World::single(s.runtime.clone(), CoreId(0)).rank(0),
+                vars.clone(),
+                Limits::default(),
+                Box::new(move |o| output.lock().unwrap().push(o)),
+            )
+            .unwrap()
+    };
+
+    // One guest sets a tensor and a value; the store holds them after it ends.
+    let mut first = instantiate();
+    assert_eq!(g_f32(&mut first, "get_x"), -1.0, "no x yet");
+    assert_eq!(call_i32(&mut first, "set_x", &["3.5"]), 0);
+    assert_eq!(call_i32(&mut first, "set_n", &[]), 0);
+    assert_eq!(call_i32(&mut first, "set_v", &[]), 0);
+    drop(first);
+    assert_eq!(vars.names(), ["n", "v", "x"]);
+    assert_eq!(vars.get_tensor("x").unwrap().to_vec::<f32>(), vec![3.5]);
+    assert!(matches!(vars.get("n"), Some(Var::Value { ty, text }) if ty == "i64" && text == "42"));
+    assert!(matches!(vars.get("v"), Some(Var::Local { ty }) if ty == "Vec<i32>"));
+
+    // A second guest of the session reads them.
+    let mut second = instantiate();
+    assert_eq!(g_f32(&mut second, "get_x"), 3.5);
+    s.output.lock().unwrap().clear();
+    assert_eq!(call_i32(&mut second, "show_value", &[]), 6);
+    assert_eq!(s.stdout(), "i64\n42");
+    assert_eq!(call_i32(&mut second, "value_len", &[]), 6);
+    // A write replaces the variable for everyone.
+    assert_eq!(call_i32(&mut second, "set_x", &["-2"]), 0);
+    assert_eq!(vars.get_tensor("x").unwrap().to_vec::<f32>(), vec![-2.0]);
+
+    let cases: [(&str, ErrorCode, &str); 10] = [
+        (
+            "unknown_name",
+            ErrorCode::Invalid,
+            "there is no variable `nope`; the variables are: n, v, x",
+        ),
+        ("bad_name", ErrorCode::Invalid, "cannot start with a digit"),
+        (
+            "value_as_tensor",
+            ErrorCode::Invalid,
+            "the variable `n` is a value of type i64, not a tensor",
+        ),
+        (
+            "tensor_as_value",
+            ErrorCode::Invalid,
+            "the variable `x` is a tensor (f32[1]), not a plain value",
+        ),
+        (
+            "local_as_value",
+            ErrorCode::Invalid,
+            "the variable `v` (Vec<i32>) stayed local to the cell that made it",
+        ),
+        ("bad_kind", ErrorCode::Invalid, "7 is not a kind of value"),
+        ("no_newline", ErrorCode::Invalid, "`<type>\\n<text>`"),
+        ("bad_handle", ErrorCode::Handle, "handle"),
+        ("bad_pointer", ErrorCode::Bounds, "outside guest memory"),
+        ("bad_out_pointer", ErrorCode::Bounds, "outside guest memory"),
+    ];
+    for (entry, code, message) in cases {
+        assert_eq!(call_i32(&mut second, entry, &[]), code as i32, "{entry}");
+        let e = dist_error(&s, &mut second);
+        assert!(e.contains(message), "{entry}: {e}");
+    }
+    // Failed calls changed nothing, and the guest and the host still work.
+    assert_eq!(vars.names(), ["n", "v", "x"]);
+    assert_eq!(g_f32(&mut second, "get_x"), -2.0);
+    drop(second);
+
+    // A plain instantiate has a store of its own.
+    let mut alone = s.guest("vars.wat").unwrap();
+    assert_eq!(g_f32(&mut alone, "get_x"), -1.0);
+    s.assert_healthy();
+}
+
+fn g_f32(g: &mut Guest, entry: &str) -> f32 {
+    g.call(entry, &[]).unwrap()[0].parse().unwrap()
 }

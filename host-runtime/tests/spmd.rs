@@ -12,6 +12,7 @@ use neuronlab_runtime::dist::WorldOptions;
 use neuronlab_runtime::runtime::RuntimeOptions;
 use neuronlab_runtime::sandbox::{GuestErrorKind, GuestModule, Limits, Sandbox};
 use neuronlab_runtime::spmd::{launch, RankResult, SpmdInterrupt, SpmdOptions};
+use neuronlab_runtime::vars::VarStore;
 use neuronlab_runtime::Runtime;
 
 struct Lab {
@@ -58,6 +59,7 @@ impl Lab {
             &self.sandbox,
             &self.module,
             self.runtime.clone(),
+            Arc::new(VarStore::new()),
             &options,
             Arc::new(|_, _| {}),
             interrupt,
@@ -218,6 +220,7 @@ fn more_ranks_than_cores_is_refused_before_anything_starts() {
         &lab.sandbox,
         &lab.module,
         lab.runtime.clone(),
+        Arc::new(VarStore::new()),
         &options,
         Arc::new(|_, _| {}),
         &SpmdInterrupt::new(),

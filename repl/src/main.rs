@@ -1,9 +1,12 @@
-//! `neuronlab`: the command-line front end. Each subcommand is a thin layer over
-//! `neuronlab-runtime`; the logic lives there.
+//! `neuronlab`: the command-line front end. With no subcommand it is the REPL; each
+//! subcommand is a thin layer over `neuronlab-runtime`; the logic lives there.
 
 mod bench;
 mod demo;
+mod exec;
+mod repl;
 mod run;
+mod tour;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,15 +19,45 @@ use neuronlab_runtime::sandbox::{cache_root, Limits};
 use neuronlab_runtime::toolchain::{self, Toolchain};
 
 /// An interactive lab for the eager Neuron tensor runtime, simulated on the CPU.
+///
+/// With no subcommand, neuronlab starts the REPL: cells are Rust (a function body, built for
+/// wasm32 and run as a sandboxed guest) or %magics (%help lists them). Tab completes, Enter on
+/// an unfinished cell continues it on a new line, Ctrl-C interrupts a running cell and Ctrl-D
+/// leaves. The history is kept in $XDG_DATA_HOME/neuronlab/history (default
+/// ~/.local/share/neuronlab/history).
 #[derive(Parser)]
 #[command(name = "neuronlab", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs a file of cells in one session, without a prompt, printing each cell's outputs
+    /// under a `# %% [n]` header.
+    ///
+    /// Cells are separated by lines that start with `# %%`; text before the first such line is
+    /// the first cell. Cells are what the REPL takes: Rust, %magics, or a %% cell magic such as
+    /// %%wat. It stops at the first failed cell with exit code 1, unless --keep-going.
+    Exec {
+        /// The file of cells.
+        file: PathBuf,
+        /// Run the cells after a failed one too (the exit code is still 1).
+        #[arg(long)]
+        keep_going: bool,
+    },
+    /// Runs the bundled prebuilt experiments through a session, with narration: eager ops,
+    /// recompiles and their reasons, bucketing, 4 and 32 ranks, the timeline and memory.
+    ///
+    /// It needs no wasm32 toolchain: the experiments ship as prebuilt modules in
+    /// notebooks/experiments.
+    Tour {
+        /// The experiments folder (default: notebooks/experiments here, else in the source
+        /// tree this binary was built from).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Runs a small transformer block eagerly on a simulated NeuronCore and shows every op with
     /// its host time and modeled Trainium time.
     Demo {
@@ -83,7 +116,7 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Prints measured figures: guest call overhead, module load times (use a release build).
+    /// Prints measured figures: guest calls, module loads, compile, all_reduce (use a release build).
     Bench {
         /// Only cases whose name contains this.
         #[arg(long)]
@@ -111,7 +144,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        return exit(repl::run());
+    };
+    let result = match command {
+        Command::Exec { file, keep_going } => exec::run(&file, keep_going),
+        Command::Tour { dir } => tour::run(dir.as_deref()),
         Command::Demo { trace, tokens } => demo::run(tokens, trace.as_deref()),
         Command::Run {
             module,
@@ -144,6 +182,10 @@ fn main() -> ExitCode {
         Command::Ops { name, json } => ops(name.as_deref(), json),
         Command::Devices { instance, lnc } => devices(instance.as_deref(), lnc),
     };
+    exit(result)
+}
+
+fn exit(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

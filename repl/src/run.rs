@@ -14,6 +14,7 @@ use neuronlab_runtime::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
 };
 use neuronlab_runtime::tensor::{format_tensor, FormatOptions};
+use neuronlab_runtime::vars::VarStore;
 use neuronlab_runtime::Runtime;
 
 /// Renders one piece of guest output on a terminal.
@@ -85,6 +86,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         sandbox,
         &module,
         runtime.clone(),
+        Arc::new(VarStore::new()),
         &spmd,
         Arc::new(move |rank, o| sink.emit(rank, o)),
         &SpmdInterrupt::new(),

@@ -19,12 +19,14 @@ use crate::ops::{OpId, Registry};
 use crate::tensor::{
     checked_numel, format_tensor, Buffer, DType, FormatOptions, Tensor, TensorMeta,
 };
+use crate::vars::VarStore;
 use crate::{Error, Runtime};
 
 /// The import module every guest import comes from.
 pub const MODULE: &str = "neuronlab";
 
-/// Every import this host provides (the sys, tensor, op, compile and dist groups of ABI 1.2).
+/// Every import this host provides (the sys, tensor, op, compile, dist and vars groups of ABI
+/// 1.2).
 pub const IMPORTS: &[&str] = &[
     "last_error",
     "print",
@@ -68,6 +70,10 @@ pub const IMPORTS: &[&str] = &[
     "dist_full_tensor",
     "dist_to_local",
     "dist_describe",
+    "var_set_tensor",
+    "var_get_tensor",
+    "var_set_value",
+    "var_get_value",
 ];
 
 /// The ABI's error codes.
@@ -137,15 +143,18 @@ pub struct GuestState {
     pub(super) limits: StoreLimits,
     pub(super) interrupt: Arc<AtomicBool>,
     pub(super) comm: RankComm,
+    /// The session's variables, shared by every guest of the session.
+    pub(super) vars: Arc<VarStore>,
     pub(super) call_started: Instant,
     started: Instant,
 }
 
 impl GuestState {
     /// State for a new instance that is rank `comm` of its world, creating tensors on the
-    /// rank's core.
+    /// rank's core, with the session's variables `vars`.
     pub(super) fn new(
         mut comm: RankComm,
+        vars: Arc<VarStore>,
         output: OutputSink,
         limits: StoreLimits,
         interrupt: Arc<AtomicBool>,
@@ -164,6 +173,7 @@ impl GuestState {
             limits,
             interrupt,
             comm,
+            vars,
             call_started: Instant::now(),
             started: Instant::now(),
         }
@@ -638,7 +648,8 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         },
     )?;
     define_compile(linker)?;
-    super::dist::define(linker)
+    super::dist::define(linker)?;
+    super::vars::define(linker)
 }
 
 /// The compile group: compiled functions through the trampoline, and lazy mode.

@@ -17,12 +17,13 @@ use super::limits::Limits;
 use super::output::OutputSink;
 use crate::device::topology::CoreId;
 use crate::dist::{RankComm, World};
+use crate::vars::VarStore;
 use crate::Runtime;
 
 /// The ABI major version this host speaks (guest-sdk/ABI.md).
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this host implements.
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 
 /// How often the epoch advances; deadlines and interrupts are noticed within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -205,7 +206,8 @@ impl Sandbox {
     }
 
     /// Instantiates `module` on `runtime` as a world of one rank, creating tensors on `core`,
-    /// with `output` receiving everything the guest prints or displays as it happens.
+    /// with `output` receiving everything the guest prints or displays as it happens. The
+    /// guest gets a session-variable store of its own.
     pub fn instantiate(
         &self,
         module: &GuestModule,
@@ -218,15 +220,17 @@ impl Sandbox {
             .check_core(core)
             .map_err(|e| GuestError::new(GuestErrorKind::Host, e.to_string()))?;
         let comm = World::single(runtime, core).rank(0);
-        self.instantiate_rank(module, comm, limits, output)
+        self.instantiate_rank(module, comm, Arc::new(VarStore::new()), limits, output)
     }
 
     /// Instantiates `module` as the rank `comm` of an SPMD world (see [`crate::spmd`]):
-    /// its tensors live on the rank's core and its collectives meet the other ranks'.
+    /// its tensors live on the rank's core and its collectives meet the other ranks'. Its
+    /// `var_*` imports read and write `vars`, which guests of one session share.
     pub fn instantiate_rank(
         &self,
         module: &GuestModule,
         comm: RankComm,
+        vars: Arc<VarStore>,
         limits: Limits,
         output: OutputSink,
     ) -> Result<Guest, GuestError> {
@@ -237,7 +241,7 @@ impl Sandbox {
             .instances(1)
             .trap_on_grow_failure(true)
             .build();
-        let state = GuestState::new(comm, output, store_limits, interrupt.clone());
+        let state = GuestState::new(comm, vars, output, store_limits, interrupt.clone());
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         let deadline = limits.deadline;
@@ -380,6 +384,12 @@ impl Guest {
     /// Number of tensor handles the guest holds.
     pub fn live_tensors(&self) -> usize {
         self.store.data().handles.len()
+    }
+
+    /// `(name, explanation)` of every function this instance compiled with
+    /// `neuronlab::compile`: versions, guards, graphs and kernels (what `%explain` shows).
+    pub fn compiled_explanations(&self) -> Vec<(String, String)> {
+        self.store.data().tracing.explanations()
     }
 
     fn check_abi_version(&mut self) -> Result<(), GuestError> {

@@ -18,6 +18,7 @@ mod handles;
 mod limits;
 mod output;
 mod tracing;
+mod vars;
 
 pub use abi::{ErrorCode, IMPORTS, MODULE};
 pub use cache::{cache_root, ModuleSource};

@@ -65,6 +65,15 @@ pub struct Tracing {
 }
 
 impl Tracing {
+    /// `(name, explanation)` of every function the instance compiled, in the order they were
+    /// made (see [`CompiledFunction::explain`]).
+    pub fn explanations(&self) -> Vec<(String, String)> {
+        self.functions
+            .iter()
+            .map(|f| (f.name.clone(), f.explain()))
+            .collect()
+    }
+
     /// True while ops are recorded instead of run.
     pub fn recording(&self) -> bool {
         self.active.is_some()

@@ -11,6 +11,7 @@ use neuronlab_runtime::Runtime;
 
 const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 
+mod collectives;
 mod compile;
 
 /// One result: a case name, its median, and the unit it is given in.
@@ -145,6 +146,9 @@ pub fn run(filter: Option<&str>) -> Result<(), String> {
         .filter(|f| filter.is_none_or(|p| f.case.contains(p)))
     {
         println!("{:<72} {:>10.2} {}", f.case, f.value, f.unit);
+    }
+    if filter.is_none_or(|p| collectives::NAME.contains(p)) {
+        collectives::run()?;
     }
     Ok(())
 }

@@ -1,0 +1,79 @@
+//! What executing a cell produces, front-end neutral: the REPL prints it, the Jupyter kernel
+//! turns it into messages.
+
+use std::collections::BTreeMap;
+
+use crate::tensor::{format_tensor, FormatOptions};
+use crate::Tensor;
+
+/// One piece of a cell's output, in the order it happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Text the cell wrote to its stdout.
+    Stdout(String),
+    /// Text the cell wrote to its stderr (also progress notes of the session).
+    Stderr(String),
+    /// Rich output shown where it was asked for (a tensor, a table, a plot).
+    Display(MimeBundle),
+    /// The value of the cell's final expression.
+    Result(MimeBundle),
+    /// Why the cell failed.
+    Error(CellError),
+    /// The cell's event summary (ops, modeled time, compiles, collectives).
+    Summary(MimeBundle),
+}
+
+/// One value in several representations, keyed by MIME type (`text/plain` is always there).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MimeBundle(pub BTreeMap<String, String>);
+
+impl MimeBundle {
+    /// A bundle with only `text/plain`.
+    pub fn text(text: impl Into<String>) -> MimeBundle {
+        MimeBundle(BTreeMap::from([("text/plain".to_string(), text.into())]))
+    }
+
+    /// Adds a representation.
+    pub fn with(mut self, mime: &str, data: impl Into<String>) -> MimeBundle {
+        self.0.insert(mime.to_string(), data.into());
+        self
+    }
+
+    /// The `text/plain` representation.
+    pub fn plain(&self) -> &str {
+        self.0.get("text/plain").map_or("", String::as_str)
+    }
+
+    /// The representation for `mime`, if there is one.
+    pub fn get(&self, mime: &str) -> Option<&str> {
+        self.0.get(mime).map(String::as_str)
+    }
+
+    /// A tensor: numpy-style text.
+    pub fn tensor(t: &Tensor) -> MimeBundle {
+        MimeBundle::text(format_tensor(t, &FormatOptions::default()))
+    }
+}
+
+/// A failed cell, as Jupyter reports errors: a name, a value and traceback lines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellError {
+    /// The kind: `CompileError`, `GuestTrap`, `Interrupted`, `MagicError`, ...
+    pub ename: String,
+    /// The one-line message.
+    pub evalue: String,
+    /// The full report, one entry per block (compiler errors, backtrace frames).
+    pub traceback: Vec<String>,
+}
+
+impl CellError {
+    /// An error with no more detail than its message.
+    pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
+        let evalue = evalue.into();
+        CellError {
+            ename: ename.to_string(),
+            traceback: vec![evalue.clone()],
+            evalue,
+        }
+    }
+}

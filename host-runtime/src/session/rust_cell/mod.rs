@@ -1,0 +1,7 @@
+//! Rust cells: a cell is parsed ([`parse`]), turned into a guest crate whose line numbers are
+//! the user's ([`codegen`]), built with the wasm32 toolchain, and its compiler errors mapped
+//! back to the user's cells ([`build`]).
+
+pub mod build;
+pub mod codegen;
+pub mod parse;

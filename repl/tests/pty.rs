@@ -1,0 +1,224 @@
+//! The REPL on a pseudo-terminal, driven as a person would: keys in, screen text out.
+//!
+//! Each test starts its own `neuronlab` with `XDG_DATA_HOME` in a fresh temp folder, so its
+//! history is its own. The compile caches stay where they are (`NEURONLAB_CACHE_DIR`, or
+//! `~/.cache/neuronlab`) so the cell builds are shared between runs: the first Rust cell
+//! build of a machine takes about a minute. Keys are sent as a terminal sends them: Enter is
+//! `\r`, Tab `\t`, Ctrl-C `\x03`, Ctrl-D `\x04`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use expectrl::process::unix::WaitStatus;
+use expectrl::session::OsSession;
+use expectrl::{Eof, Expect};
+
+/// How long an ordinary step may take.
+const STEP: Duration = Duration::from_secs(60);
+/// How long the first Rust cell may take (a cold build of the guest SDK).
+const FIRST_BUILD: Duration = Duration::from_secs(240);
+
+/// A REPL on a pty, and the data folder holding its history.
+struct Repl {
+    session: OsSession,
+    data_dir: PathBuf,
+}
+
+impl Repl {
+    fn start(name: &str) -> Repl {
+        let data_dir =
+            std::env::temp_dir().join(format!("neuronlab-pty-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        std::fs::create_dir_all(&data_dir).expect("a temp folder");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_neuronlab"));
+        command
+            .env("XDG_DATA_HOME", &data_dir)
+            .env("NO_COLOR", "1")
+            .env("TERM", "xterm");
+        let mut session = OsSession::spawn(command).expect("neuronlab starts on a pty");
+        session.set_expect_timeout(Some(STEP));
+        let mut repl = Repl { session, data_dir };
+        repl.expect("Ctrl-D leaves");
+        repl.expect("In [1]: ");
+        repl
+    }
+
+    /// Waits for `needle` (plain text), failing with what came instead.
+    fn expect(&mut self, needle: &str) {
+        if let Err(e) = self.session.expect(needle) {
+            panic!("waiting for {needle:?}: {e}");
+        }
+    }
+
+    /// Waits for the prompt of cell `n`.
+    fn prompt(&mut self, n: u32) {
+        self.expect(&format!("In [{n}]: "));
+    }
+
+    /// Types `keys` as they are.
+    fn send(&mut self, keys: &str) {
+        self.session.send(keys).expect("keys reach the pty");
+    }
+
+    /// Types each line followed by Enter.
+    fn type_lines(&mut self, lines: &[&str]) {
+        for line in lines {
+            self.send(line);
+            self.send("\r");
+            // Let the editor handle one Enter before the next line comes.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Ctrl-D at an empty prompt: the REPL must leave with status 0.
+    fn leave(&mut self) {
+        self.send("\x04");
+        if let Err(e) = self.session.expect(Eof) {
+            panic!("Ctrl-D did not end the REPL: {e}");
+        }
+        let status = self.session.get_process().wait().expect("the exit status");
+        assert!(
+            matches!(status, WaitStatus::Exited(_, 0)),
+            "Ctrl-D must exit with status 0, got {status:?}"
+        );
+    }
+}
+
+impl Drop for Repl {
+    fn drop(&mut self) {
+        if self.session.get_process().is_alive().unwrap_or(false) {
+            let _ = self.session.get_process_mut().exit(true);
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+#[test]
+fn tab_completes_a_magic_and_history_is_kept() {
+    let mut repl = Repl::start("tab");
+    repl.send("%he\t");
+    repl.expect("%help");
+    repl.send("\r");
+    // `%he` alone is not a magic: this text only comes if Tab completed it to `%help`.
+    repl.expect("Cells are Rust");
+    repl.prompt(2);
+    repl.leave();
+    let history = repl.data_dir.join("neuronlab").join("history");
+    let text = std::fs::read_to_string(&history)
+        .unwrap_or_else(|e| panic!("no history at {}: {e}", history.display()));
+    assert!(text.lines().any(|l| l == "%help"), "history:\n{text}");
+}
+
+#[test]
+fn an_unfinished_cell_continues_and_ctrl_c_at_the_prompt_drops_it() {
+    let mut repl = Repl::start("continue");
+    // An open brace: Enter continues the cell instead of running it. (Run, it would be a
+    // syntax error, and the prompt would move on to In [2].)
+    repl.type_lines(&["fn f() {"]);
+    repl.send("let y = 1;");
+    std::thread::sleep(Duration::from_millis(200));
+    // Ctrl-C at the prompt drops the whole unfinished cell.
+    repl.send("\x03");
+    repl.prompt(1);
+    repl.type_lines(&["%help load"]);
+    repl.expect("%load FILE.wasm|FILE.wat");
+    repl.prompt(2);
+    // A cell magic goes on until a blank line.
+    repl.type_lines(&[
+        "%%wat",
+        "(module",
+        "  (memory (export \"memory\") 1)",
+        "  (func (export \"neuronlab_abi_version\") (result i32) (i32.const 0x10000))",
+        "  (func (export \"twice\") (param i32) (result i32) (i32.mul (local.get 0) (i32.const 2))))",
+        "",
+    ]);
+    repl.expect("loaded wat2");
+    repl.prompt(3);
+    repl.type_lines(&["%run twice 21"]);
+    repl.expect("Out[3]: 42");
+    repl.prompt(4);
+    repl.leave();
+}
+
+/// Lines of a `%%wat` cell whose `run` prints "spinning" and then never returns.
+const RUNAWAY_WAT: &[&str] = &[
+    "%%wat",
+    "(module",
+    "  (import \"neuronlab\" \"print\" (func $print (param i32 i32 i32) (result i32)))",
+    "  (memory (export \"memory\") 1)",
+    "  (data (i32.const 0) \"spinning\\n\")",
+    "  (func (export \"neuronlab_abi_version\") (result i32) (i32.const 0x10000))",
+    "  (func (export \"run\") (drop (call $print (i32.const 1) (i32.const 0) (i32.const 9)))",
+    "    (loop $l (br $l))))",
+    "",
+];
+
+#[test]
+fn ctrl_c_interrupts_a_runaway_wat_cell_and_the_session_goes_on() {
+    let mut repl = Repl::start("runaway-wat");
+    repl.type_lines(&[
+        "%%wat",
+        "(module",
+        "  (memory (export \"memory\") 1)",
+        "  (func (export \"neuronlab_abi_version\") (result i32) (i32.const 0x10000))",
+        "  (func (export \"add\") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1))))",
+        "",
+    ]);
+    repl.expect("loaded wat1");
+    repl.prompt(2);
+    repl.type_lines(RUNAWAY_WAT);
+    repl.expect("spinning");
+    std::thread::sleep(Duration::from_millis(300));
+    repl.send("\x03");
+    repl.expect("Interrupt");
+    repl.prompt(3);
+    // The module of cell 1 is still loaded and callable.
+    repl.type_lines(&["%run wat1.add 2 3"]);
+    repl.expect("Out[3]: 5");
+    repl.prompt(4);
+    repl.leave();
+}
+
+/// Fails with the way out when this machine cannot build Rust cells.
+fn require_toolchain() {
+    if let Err(e) = neuronlab_runtime::toolchain::Toolchain::detect() {
+        panic!(
+            "Rust cells need the wasm32 toolchain, and {e}\n\
+             Install it with scripts/setup (CI does), then run the tests again."
+        );
+    }
+}
+
+#[test]
+fn rust_cells_keep_their_tensors_and_survive_ctrl_c() {
+    require_toolchain();
+    let mut repl = Repl::start("rust");
+    repl.type_lines(&["let x = neuronlab::randn(&[2, 2])?;"]);
+    repl.session.set_expect_timeout(Some(FIRST_BUILD));
+    repl.prompt(2);
+    repl.session.set_expect_timeout(Some(FIRST_BUILD));
+    repl.type_lines(&["x"]);
+    repl.expect("Out[2]:");
+    repl.expect("tensor(");
+    repl.prompt(3);
+    // A multi-line cell: the open brace continues it, the closing line ends it.
+    repl.type_lines(&["let total = {", "x.sum()?", "};"]);
+    repl.prompt(4);
+    repl.type_lines(&["total"]);
+    repl.expect("Out[4]:");
+    repl.expect("tensor(");
+    repl.prompt(5);
+    // A runaway cell, stopped with Ctrl-C once it is running.
+    repl.type_lines(&["println!(\"spinning\"); loop {}"]);
+    repl.expect("spinning");
+    std::thread::sleep(Duration::from_millis(300));
+    repl.send("\x03");
+    repl.expect("Interrupt");
+    repl.prompt(6);
+    repl.type_lines(&["x"]);
+    repl.expect("Out[6]:");
+    repl.expect("tensor(");
+    repl.prompt(7);
+    repl.leave();
+}
