@@ -251,7 +251,7 @@ impl Session {
             names
         };
         let restores = if items_only { Vec::new() } else { restores };
-        let target_dir = crate::sandbox::cache_root().join("cell-target");
+        let target_dir = super::cell_target_dir();
         let wasm = loop {
             let generated = codegen::generate(code, &parsed, &kept, &restores, &keeps);
             if let Err(e) = build::write_crate(&self.work_dir, &sdk_dir, &generated) {

@@ -167,6 +167,8 @@ pub struct Session {
     modules: Vec<LoadedModule>,
     execution_count: u32,
     work_dir: PathBuf,
+    /// Whether the session made `work_dir` (and removes it when it ends).
+    owns_work_dir: bool,
     sdk_dir: Option<PathBuf>,
     interrupter: Interrupter,
     router: guests::OutputRouter,
@@ -180,6 +182,7 @@ impl Session {
     /// A session with `options`.
     pub fn new(options: SessionOptions) -> Result<Session, String> {
         let sandbox = Sandbox::shared().map_err(|e| e.to_string())?;
+        let owns_work_dir = options.work_dir.is_none();
         let work_dir = match options.work_dir {
             Some(dir) => dir,
             None => new_work_dir()?,
@@ -194,6 +197,7 @@ impl Session {
             modules: Vec::new(),
             execution_count: 0,
             work_dir,
+            owns_work_dir,
             sdk_dir,
             interrupter: Interrupter::default(),
             router: guests::OutputRouter::default(),
@@ -285,10 +289,27 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// Removes the session's cell crate when the session made it. The shared build of the
+    /// standard library and the SDK stays, for the next session.
+    fn drop(&mut self) {
+        if self.owns_work_dir {
+            rust_cell::build::remove_artifacts(&self.work_dir, &cell_target_dir());
+            let _ = std::fs::remove_dir_all(&self.work_dir);
+        }
+    }
+}
+
 /// Reports `error` and returns [`Outcome::Error`].
 fn fail(out: &mut dyn FnMut(Output), error: CellError) -> Outcome {
     out(Output::Error(error));
     Outcome::Error
+}
+
+/// The target folder every session's cell crate builds into, so the standard library and the
+/// SDK are built once per machine.
+pub(crate) fn cell_target_dir() -> PathBuf {
+    cache_root().join("cell-target")
 }
 
 /// A fresh folder for a session's cell crate, under the cache root.

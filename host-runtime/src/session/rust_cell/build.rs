@@ -21,6 +21,36 @@ fn package_name(dir: &Path) -> String {
     format!("neuronlab-cell-{}", &hash[..12])
 }
 
+/// Removes what building the crate in `crate_dir` left in the shared `target_dir` (its
+/// module, its compiled crate, its incremental state), keeping the shared standard library
+/// and SDK.
+pub fn remove_artifacts(crate_dir: &Path, target_dir: &Path) {
+    let package = package_name(crate_dir);
+    let prefixes = [package.clone(), package.replace('-', "_")];
+    let release = target_dir.join(crate::toolchain::TARGET).join("release");
+    for dir in [
+        release.clone(),
+        release.join("deps"),
+        release.join("incremental"),
+        release.join(".fingerprint"),
+    ] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+                let path = entry.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+    }
+}
+
 /// Writes the crate's files into `dir`, leaving unchanged files untouched so cargo's
 /// incremental build sees only what changed, and removing kept-item files no longer used.
 pub fn write_crate(dir: &Path, sdk_dir: &Path, generated: &Generated) -> Result<(), String> {

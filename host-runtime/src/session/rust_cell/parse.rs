@@ -92,18 +92,41 @@ pub fn parse(code: &str) -> Result<ParsedCell, SyntaxError> {
     Ok(cell)
 }
 
-/// Whether a final expression has a value worth showing: loops and `if` without `else`
-/// are `()`.
+/// Macros whose value is `()` (or that never return): a cell ending in one shows nothing.
+const UNIT_MACROS: &[&str] = &[
+    "print",
+    "println",
+    "eprint",
+    "eprintln",
+    "assert",
+    "assert_eq",
+    "assert_ne",
+    "debug_assert",
+    "debug_assert_eq",
+    "debug_assert_ne",
+    "panic",
+    "todo",
+    "unimplemented",
+    "unreachable",
+];
+
+/// Whether a final expression has a value worth showing: loops, `if` without `else` and
+/// printing macros are `()`.
 fn shows_value(expr: &Expr) -> bool {
-    !matches!(
-        expr,
+    match expr {
         Expr::ForLoop(_)
-            | Expr::While(_)
-            | Expr::If(syn::ExprIf {
-                else_branch: None,
-                ..
-            })
-    )
+        | Expr::While(_)
+        | Expr::If(syn::ExprIf {
+            else_branch: None, ..
+        }) => false,
+        Expr::Macro(m) => !m
+            .mac
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| UNIT_MACROS.contains(&s.ident.to_string().as_str())),
+        _ => true,
+    }
 }
 
 /// The names a pattern binds (`x`, `mut y`, `(a, b)`, `z: T`); `_` binds nothing.
