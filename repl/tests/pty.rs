@@ -120,6 +120,7 @@ fn an_unfinished_cell_continues_and_ctrl_c_at_the_prompt_drops_it() {
     std::thread::sleep(Duration::from_millis(200));
     // Ctrl-C at the prompt drops the whole unfinished cell.
     repl.send("\x03");
+    repl.expect("(dropped; Ctrl-D leaves)");
     repl.prompt(1);
     repl.type_lines(&["%help load"]);
     repl.expect("%load FILE.wasm|FILE.wat");

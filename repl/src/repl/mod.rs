@@ -107,8 +107,11 @@ pub fn run() -> Result<(), String> {
         };
         let code = match read {
             Ok(code) => code,
-            // Ctrl-C at the prompt drops the line being edited.
-            Err(ReadlineError::Interrupted) => continue,
+            // Ctrl-C at the prompt drops the cell being edited, and says so.
+            Err(ReadlineError::Interrupted) => {
+                println!("(dropped; Ctrl-D leaves)");
+                continue;
+            }
             Err(ReadlineError::Eof) => break,
             Err(e) => return Err(format!("cannot read the input: {e}")),
         };
