@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 /// The guest target triple.
 pub const TARGET: &str = "wasm32-unknown-unknown";
 
+/// The environment variable that picks a toolchain (`rustup`, `debian` or `none`).
+pub const TOOLCHAIN_ENV: &str = "NEURONLAB_WASM_TOOLCHAIN";
+
 /// The Debian packages that make route 2.
 pub const DEBIAN_PACKAGES: &str = "rustc-web cargo-web rust-web-src lld";
 
@@ -53,41 +56,68 @@ fn on_path(program: &str) -> Option<PathBuf> {
 }
 
 impl Toolchain {
-    /// Finds a toolchain, or explains how to install one.
+    /// Finds a toolchain, or explains how to install one. `NEURONLAB_WASM_TOOLCHAIN` picks a
+    /// route when both exist (`rustup` or `debian`), or `none` to build no Rust guests (what
+    /// a machine without a toolchain sees).
     pub fn detect() -> Result<Toolchain, String> {
-        // Route 1: the rustc on PATH has the wasm32 standard library.
-        if let (Some(cargo), Some(libdir)) = (
-            on_path("cargo"),
-            output_of(Command::new("rustc").args(["--print", "target-libdir", "--target", TARGET])),
-        ) {
-            let has_std = std::fs::read_dir(&libdir).is_ok_and(|entries| {
-                entries
-                    .flatten()
-                    .any(|e| e.file_name().to_string_lossy().starts_with("libstd-"))
-            });
-            if has_std {
-                return Ok(Toolchain::Rustup { cargo });
+        let choice = std::env::var(TOOLCHAIN_ENV).unwrap_or_default();
+        let (rustup, debian) = match choice.as_str() {
+            "" => (true, true),
+            "rustup" => (true, false),
+            "debian" => (false, true),
+            "none" => (false, false),
+            other => {
+                return Err(format!(
+                    "{TOOLCHAIN_ENV}='{other}' is not a toolchain: use rustup, debian or none"
+                ))
+            }
+        };
+        if rustup {
+            if let Some(t) = Toolchain::rustup() {
+                return Ok(t);
             }
         }
-        // Route 2: Debian's rust-web with the library sources and lld's wasm-ld.
-        let (cargo, rustc) = (
-            PathBuf::from("/usr/bin/cargo"),
-            PathBuf::from("/usr/bin/rustc"),
-        );
-        let sysroot = output_of(Command::new(&rustc).args(["--print", "sysroot"]));
-        let has_src = sysroot.as_ref().is_some_and(|s| {
-            Path::new(s)
-                .join("lib/rustlib/src/rust/library/std/Cargo.toml")
-                .is_file()
-        });
-        if cargo.is_file() && has_src && on_path("wasm-ld").is_some() {
-            return Ok(Toolchain::DebianBuildStd { cargo, rustc });
+        if debian {
+            if let Some(t) = Toolchain::debian() {
+                return Ok(t);
+            }
         }
         Err(format!(
             "no toolchain for {TARGET} guests was found. Install one of:\n  \
              rustup target add {TARGET}\n  \
              apt-get install {DEBIAN_PACKAGES}   (Debian; builds the standard library from source)"
         ))
+    }
+
+    /// Route 1: the rustc on PATH has the wasm32 standard library.
+    fn rustup() -> Option<Toolchain> {
+        let cargo = on_path("cargo")?;
+        let libdir = output_of(Command::new("rustc").args([
+            "--print",
+            "target-libdir",
+            "--target",
+            TARGET,
+        ]))?;
+        let has_std = std::fs::read_dir(&libdir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("libstd-"))
+        });
+        has_std.then_some(Toolchain::Rustup { cargo })
+    }
+
+    /// Route 2: Debian's rust-web with the library sources and lld's wasm-ld.
+    fn debian() -> Option<Toolchain> {
+        let (cargo, rustc) = (
+            PathBuf::from("/usr/bin/cargo"),
+            PathBuf::from("/usr/bin/rustc"),
+        );
+        let sysroot = output_of(Command::new(&rustc).args(["--print", "sysroot"]))?;
+        let has_src = Path::new(&sysroot)
+            .join("lib/rustlib/src/rust/library/std/Cargo.toml")
+            .is_file();
+        (cargo.is_file() && has_src && on_path("wasm-ld").is_some())
+            .then_some(Toolchain::DebianBuildStd { cargo, rustc })
     }
 
     /// A one-line description, for progress messages.
