@@ -430,6 +430,8 @@ impl<T: ?Sized> ShowOpaque for Wrap<'_, T> {
 ///   string types) and its `Display` text;
 /// - anything else as a local of its cell: only its type name is recorded (for `%vars`).
 ///
+/// In a cell run as several ranks, only rank 0 keeps its bindings.
+///
 /// It takes a reference: the binding is neither moved nor changed. It evaluates to `()`; a
 /// binding that cannot be kept gets a warning on stderr.
 #[doc(hidden)]
@@ -438,7 +440,11 @@ macro_rules! __keep {
     ($name:ident) => {{
         #[allow(unused_imports)]
         use $crate::__private::{KeepLocal as _, KeepPlain as _, KeepTensor as _};
-        (&&$crate::__private::Wrap(&$name)).__neuronlab_keep(::core::stringify!($name))
+        // In a cell run as N ranks (`%%spmd`), rank 0's bindings are the ones kept, as rank
+        // 0's output is the one shown.
+        if $crate::dist::rank() == 0 {
+            (&&$crate::__private::Wrap(&$name)).__neuronlab_keep(::core::stringify!($name))
+        }
     }};
 }
 

@@ -241,3 +241,18 @@ fn an_interrupt_stops_a_runaway_cell_and_keeps_the_variables() {
     let shown = result(&ok(&mut s, "w")).unwrap();
     assert!(shown.contains("[1., 1., 1.]"), "{shown}");
 }
+
+#[test]
+fn a_cell_runs_as_ranks_and_rank_0_keeps_its_bindings() {
+    let (mut s, _dir) = session();
+    let out = ok(
+        &mut s,
+        "%%spmd 4\nlet r = dist::rank() as i64;\nlet total = dist::all_reduce(&ones(&[2])?, ReduceOp::Sum, &Group::world())?;\nprintln!(\"rank {r}: {:?}\", total.to_vec::<f32>()?);",
+    );
+    // Only rank 0 prints, prefixed as torchrun does.
+    assert_eq!(stream(&out, false), "[rank0]: rank 0: [4.0, 4.0]\n");
+    assert!(matches!(s.vars().get("r"), Some(Var::Value { text, .. }) if text == "0"));
+    assert!(
+        matches!(s.vars().get("total"), Some(Var::Tensor(t)) if t.to_vec::<f32>() == [4.0, 4.0])
+    );
+}
