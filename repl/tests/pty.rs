@@ -212,7 +212,8 @@ fn rust_cells_keep_their_tensors_and_survive_ctrl_c() {
     repl.prompt(5);
     // A runaway cell, stopped with Ctrl-C once it is running.
     repl.type_lines(&["println!(\"spinning\"); loop {}"]);
-    repl.expect("spinning");
+    // The output line, not the echo of the typed cell.
+    repl.expect("\r\nspinning");
     std::thread::sleep(Duration::from_millis(300));
     repl.send("\x03");
     repl.expect("Interrupt");

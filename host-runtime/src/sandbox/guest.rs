@@ -351,8 +351,9 @@ fn classify(e: wasmtime::Error, doing: &str, memory_limit: usize) -> GuestError 
             (
                 GuestErrorKind::ResourceLimit,
                 format!(
-                    "the guest's linear memory would exceed its limit of {} MiB ({text})",
-                    memory_limit >> 20
+                    "the guest's linear memory would exceed its limit of {} MiB ({})",
+                    memory_limit >> 20,
+                    e.root_cause()
                 ),
             )
         } else {

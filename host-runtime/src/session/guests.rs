@@ -33,26 +33,90 @@ pub struct LoadedModule {
     pub exports: Vec<(String, Vec<ValType>)>,
 }
 
-/// Turns guest output into cell outputs: paths of the cell's file become `cell[N]`, and the
-/// output after a result marker is the cell's result.
+/// How the columns of the generated cell file differ from the user's: the declarations added
+/// to the first line, and the `__show!(` before the final expression.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct CellColumns {
+    header_chars: usize,
+    show: Option<(usize, usize, usize)>,
+}
+
+impl CellColumns {
+    fn of(map: &codegen::SourceMap) -> CellColumns {
+        CellColumns {
+            header_chars: map.header_chars,
+            show: map.show,
+        }
+    }
+
+    /// The user's column of column `col` on line `line` of the generated file.
+    fn user_column(&self, line: usize, col: usize) -> usize {
+        let mut col = col;
+        if line == 1 {
+            col = col.saturating_sub(self.header_chars);
+        }
+        if let Some((show_line, show_col, width)) = self.show {
+            if line == show_line && col >= show_col + width {
+                col -= width;
+            }
+        }
+        col.max(1)
+    }
+}
+
+/// `text` with every `src/cell.rs:L:C` (a panic's or `dbg!`'s location) written as the
+/// user's `cell[N]:L:C`.
+fn user_locations(text: &str, cell: u32, columns: Option<CellColumns>) -> String {
+    const FILE: &str = "src/cell.rs:";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(FILE) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + FILE.len()..];
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let line_len = digits(rest);
+        let line: Option<usize> = rest[..line_len].parse().ok();
+        let col_text = rest[line_len..].strip_prefix(':');
+        match (line, col_text, columns) {
+            (Some(line), Some(after), Some(columns)) if digits(after) > 0 => {
+                let col_len = digits(after);
+                let col: usize = after[..col_len].parse().unwrap_or(1);
+                out.push_str(&format!(
+                    "cell[{cell}]:{line}:{}",
+                    columns.user_column(line, col)
+                ));
+                rest = &after[col_len..];
+            }
+            _ => out.push_str(&format!("cell[{cell}]:")),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Turns guest output into cell outputs: locations in the cell's file become `cell[N]:L:C`,
+/// and the output after a result marker is the cell's result.
 struct OutputConverter {
     cell: u32,
+    columns: Option<CellColumns>,
     result_next: bool,
     /// The last line on stderr that explains a failure (`error: ...`, `panicked at ...`).
     last_failure: Option<String>,
 }
 
 impl OutputConverter {
-    fn new(cell: u32) -> OutputConverter {
+    fn new(cell: u32, columns: Option<CellColumns>) -> OutputConverter {
         OutputConverter {
             cell,
+            columns,
             result_next: false,
             last_failure: None,
         }
     }
 
     fn convert(&mut self, output: GuestOutput) -> Option<Output> {
-        let rename = |text: String| text.replace("src/cell.rs:", &format!("cell[{}]:", self.cell));
+        let (cell, columns) = (self.cell, self.columns);
+        let rename = |text: String| user_locations(&text, cell, columns);
         Some(match output {
             GuestOutput::Stdout(text) => Output::Stdout(rename(text)),
             GuestOutput::Stderr(text) => {
@@ -265,7 +329,10 @@ impl Session {
                 self.interrupter.flag(),
                 &mut progress,
             ) {
-                Ok(wasm) => break wasm,
+                Ok(wasm) => {
+                    self.cell_columns = Some(CellColumns::of(&generated.map));
+                    break wasm;
+                }
                 Err(BuildFailure::Compile(errors)) => {
                     let moved = build::moved_keeps(&errors, &generated.map);
                     if !moved.is_empty() {
@@ -353,7 +420,7 @@ impl Session {
     ) -> Result<Vec<String>, ()> {
         self.interrupter
             .set(Running::Guest(guest.interrupt_handle()));
-        let mut converter = OutputConverter::new(cell_no);
+        let mut converter = OutputConverter::new(cell_no, self.cell_columns.take());
         let result = self
             .router
             .stream(&mut converter, out, || guest.call(entry, args));
@@ -522,7 +589,7 @@ impl Session {
             }),
         ));
         let sink = outputs.clone();
-        let mut converter = OutputConverter::new(self.execution_count);
+        let mut converter = OutputConverter::new(self.execution_count, self.cell_columns.take());
         let (sandbox, runtime, vars) = (self.sandbox, self.runtime.clone(), self.vars.clone());
         let results = std::thread::scope(|s| {
             let worker = s.spawn(move || {
@@ -585,5 +652,24 @@ impl Session {
     /// Forgets loaded modules (for `%reset`).
     pub(super) fn clear_modules(&mut self) {
         self.modules.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_locations_become_the_users_cell_line_and_column() {
+        let columns = CellColumns {
+            header_chars: 100,
+            show: Some((3, 1, 19)),
+        };
+        let text = "panicked at src/cell.rs:3:21: index out of bounds\n[src/cell.rs:1:109] x = 2";
+        assert_eq!(
+            user_locations(text, 6, Some(columns)),
+            "panicked at cell[6]:3:2: index out of bounds\n[cell[6]:1:9] x = 2"
+        );
+        assert_eq!(user_locations("at src/cell.rs:", 2, None), "at cell[2]:");
     }
 }

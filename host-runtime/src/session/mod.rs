@@ -172,6 +172,8 @@ pub struct Session {
     sdk_dir: Option<PathBuf>,
     interrupter: Interrupter,
     router: guests::OutputRouter,
+    /// The column shifts of the cell just built, for the locations its run prints.
+    cell_columns: Option<guests::CellColumns>,
     /// The event sequence numbers of the last cell: `[start, end)`.
     last_cell_events: (u64, u64),
     /// `(function, explanation)` of the functions the last cell compiled.
@@ -201,6 +203,7 @@ impl Session {
             sdk_dir,
             interrupter: Interrupter::default(),
             router: guests::OutputRouter::default(),
+            cell_columns: None,
             last_cell_events: (0, 0),
             explanations: Vec::new(),
         })

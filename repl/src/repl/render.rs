@@ -173,15 +173,13 @@ pub fn error_text(error: &CellError, colour: bool) -> String {
     let mut text = paint(colour, style::BOLD_RED, &head);
     text.push('\n');
     for block in &error.traceback {
-        let mut lines = block.trim_end().lines().peekable();
         // A block that opens with the message itself only adds what follows it.
-        if lines
-            .peek()
-            .is_some_and(|first| *first == head || *first == error.evalue.trim_end())
-        {
-            lines.next();
-        }
-        for line in lines {
+        let block = block.trim_end();
+        let rest = [head.as_str(), error.evalue.trim_end()]
+            .iter()
+            .find_map(|m| block.strip_prefix(m))
+            .unwrap_or(block);
+        for line in rest.trim_start_matches('\n').lines() {
             text.push_str(&paint(colour, style::RED, line));
             text.push('\n');
         }

@@ -228,6 +228,11 @@ impl Session {
                     }
                 }
             }
+            ("wat", Some(_)) if !args.is_empty() => usage_error(
+                out,
+                name,
+                "takes no arguments: the module is the cell's body",
+            ),
             ("wat", Some(body)) => self.run_wat_cell(body, out),
             ("spmd", body) => self.spmd(args, body, out),
             ("time", body) => self.time(args, body, out),
@@ -285,6 +290,13 @@ impl Session {
     }
 
     fn time(&mut self, args: &str, body: Option<&str>, out: &mut dyn FnMut(Output)) -> Outcome {
+        if body.is_some() && !args.is_empty() {
+            return usage_error(
+                out,
+                "time",
+                "%%time takes no arguments: the code is the cell's body",
+            );
+        }
         let code = body.unwrap_or(args);
         if code.trim().is_empty() {
             return usage_error(out, "time", "give the code to time");

@@ -113,8 +113,12 @@ pub fn build(
     interrupt: &Arc<AtomicBool>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<PathBuf, BuildFailure> {
-    let mut child = toolchain
-        .build_command(crate_dir, target_dir)
+    let mut command = toolchain.build_command(crate_dir, target_dir);
+    // In a process group of its own, a Ctrl-C at the terminal reaches the session (which
+    // stops the build) rather than killing cargo behind its back.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
         .arg("--message-format=json")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -158,6 +162,9 @@ pub fn build(
             );
         }
     };
+    if interrupt.load(Ordering::SeqCst) {
+        return Err(BuildFailure::Interrupted);
+    }
     let diagnostics = diagnostics.join().unwrap_or_default();
     let cargo_stderr = errors.join().unwrap_or_default();
     let wasm = wasm_path(target_dir, &package_name(crate_dir));
