@@ -13,6 +13,7 @@ const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 
 mod collectives;
 mod compile;
+mod session;
 
 /// One result: a case name, its median, and the unit it is given in.
 pub struct Figure {
@@ -149,6 +150,9 @@ pub fn run(filter: Option<&str>) -> Result<(), String> {
     }
     if filter.is_none_or(|p| collectives::NAME.contains(p)) {
         collectives::run()?;
+    }
+    if filter.is_none_or(|p| session::NAME.contains(p)) {
+        session::run()?;
     }
     Ok(())
 }
