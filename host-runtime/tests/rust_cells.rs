@@ -145,6 +145,12 @@ fn variables_items_results_and_output_across_cells() {
     assert_eq!(result(&ok(&mut s, "scale(n)")).as_deref(), Some("123"));
     assert_eq!(s.kept_items().len(), 1);
 
+    // A last statement written without its semicolon still runs.
+    assert_eq!(
+        stream(&ok(&mut s, "println!(\"no semicolon\")"), false),
+        "no semicolon\n"
+    );
+
     // println!, eprintln! and dbg! write to the cell's streams, dbg! with the cell's line.
     let out = ok(
         &mut s,

@@ -211,8 +211,28 @@ impl Session {
 
     /// Runs one cell, reporting its outputs to `out` as they happen.
     pub fn execute(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        self.execute_with(code, true, out)
+    }
+
+    /// [`Session::execute`], counting the cell (the Jupyter execution count) only when
+    /// `counted`: a notebook's silent cells and cells kept out of history do not take a
+    /// number. An uncounted cell is labelled with the number the next counted cell will get.
+    pub fn execute_with(
+        &mut self,
+        code: &str,
+        counted: bool,
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
         self.interrupter.start_cell();
         self.execution_count += 1;
+        let outcome = self.run_cell(code, out);
+        if !counted {
+            self.execution_count -= 1;
+        }
+        outcome
+    }
+
+    fn run_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
         let first_event = self.runtime.bus().next_seq();
         let outcome = match cell::classify(code) {
             cell::Cell::Empty => Outcome::Ok,

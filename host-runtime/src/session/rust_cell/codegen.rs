@@ -139,7 +139,8 @@ pub fn generate(
         cell.push('\n');
     }
     let keep_line = cell.lines().count() + 1;
-    let mut keep_text = String::new();
+    // The `;` ends a last statement written without one (`println!("hi")`, `loop {}`).
+    let mut keep_text = String::from("; ");
     let mut keep_cols = Vec::new();
     for name in keeps {
         let start = keep_text.chars().count() + 1;
@@ -214,7 +215,7 @@ mod tests {
         assert_eq!(g.map.keep_line, 4);
         assert_eq!(
             lines[3],
-            "neuronlab::__keep!(t); neuronlab::__keep!(n); neuronlab::__keep!(x); Ok(())"
+            "; neuronlab::__keep!(t); neuronlab::__keep!(n); neuronlab::__keep!(x); Ok(())"
         );
         assert_eq!(
             &lines[3][g.map.keeps[2].1.start - 1..g.map.keeps[2].1.end - 2],

@@ -1,0 +1,313 @@
+//! `execute_request`: a cell through [`Session::execute`], its [`Output`]s turned into iopub
+//! messages as they happen, then the reply.
+//!
+//! | output | message |
+//! |---|---|
+//! | `Stdout`, `Stderr` | `stream` (batched briefly by the [outbox](crate::outbox)) |
+//! | `Display` | `display_data` |
+//! | `Summary` (the cell's event summary) | `display_data`, metadata `{"neuronlab": {"kind": "summary"}}` |
+//! | `Result` | `execute_result` with the execution count |
+//! | `Error` | `error`, and the reply's error status |
+//!
+//! `silent` sends no `execute_input`, `execute_result` or summary (streams, displays and
+//! errors still go out) and stores no history; `store_history: false` stores no history, nor
+//! does an empty cell. Neither kind takes an execution count, as in ipykernel.
+
+use std::sync::Arc;
+
+use jupyter_protocol::{
+    DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount,
+    JupyterMessage, Media, ReplyError, ReplyStatus, Transient,
+};
+use neuronlab_runtime::session::{CellError, MimeBundle, Outcome, Output, Session};
+use serde_json::{json, Value};
+
+use crate::history::History;
+use crate::outbox::{Outbox, Outgoing, Stream};
+use crate::wire::Request;
+
+/// How an execute request ended, for the worker's `stop_on_error` handling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Executed {
+    /// The cell ran to its end.
+    Ok,
+    /// It failed or was interrupted; queued cells are aborted if the request asked for it.
+    Failed {
+        /// The request's `stop_on_error`.
+        stop_on_error: bool,
+    },
+}
+
+/// Runs the cell of `request` in `session` (or reports why there is no session), sending its
+/// outputs through `outbox`; returns how it ended and the reply, for the caller to send (after
+/// it has taken the requests queued meanwhile, which `stop_on_error` aborts).
+pub fn execute(
+    session: Result<&mut Session, &str>,
+    history: &mut History,
+    request: &Arc<Request>,
+    outbox: &Outbox,
+) -> (Executed, JupyterMessage) {
+    let code = request.text("code");
+    let silent = request.flag("silent", false);
+    let store_history = !silent && request.flag("store_history", true);
+    let stop_on_error = request.flag("stop_on_error", true);
+    let session = match session {
+        Ok(session) => session,
+        Err(why) => {
+            let error = CellError::new("SessionError", why);
+            send_iopub(outbox, request.child(error_output(&error)));
+            let reply = request.child(error_reply(&error, 0));
+            return (Executed::Failed { stop_on_error }, reply);
+        }
+    };
+    let count = session.execution_count() + 1;
+    if !silent {
+        send_iopub(
+            outbox,
+            request.child(ExecuteInput {
+                code: code.to_string(),
+                execution_count: execution_count(count),
+            }),
+        );
+    }
+    let mut error: Option<CellError> = None;
+    let mut result: Option<String> = None;
+    let outcome = session.execute_with(code, store_history, &mut |output| match output {
+        Output::Stdout(text) => stream(outbox, request, Stream::Stdout, text),
+        Output::Stderr(text) => stream(outbox, request, Stream::Stderr, text),
+        Output::Display(bundle) => {
+            send_iopub(outbox, request.child(display_data(&bundle, None)));
+        }
+        Output::Summary(bundle) => {
+            if !silent {
+                let kind = json!({"neuronlab": {"kind": "summary"}});
+                send_iopub(outbox, request.child(display_data(&bundle, Some(kind))));
+            }
+        }
+        Output::Result(bundle) => {
+            result = Some(bundle.plain().to_string());
+            if !silent {
+                send_iopub(outbox, request.child(execute_result(&bundle, count)));
+            }
+        }
+        Output::Error(e) => {
+            send_iopub(outbox, request.child(error_output(&e)));
+            error = Some(e);
+        }
+    });
+    let count = session.execution_count();
+    if store_history && !code.trim().is_empty() {
+        history.record(count, code, result);
+    }
+    let reply = match outcome {
+        Outcome::Ok => ExecuteReply {
+            status: ReplyStatus::Ok,
+            execution_count: execution_count(count),
+            payload: Vec::new(),
+            user_expressions: Some(Default::default()),
+            error: None,
+        },
+        Outcome::Error | Outcome::Interrupted => {
+            let error = error.unwrap_or_else(|| {
+                // The session reports every failure; this only guards the protocol.
+                let e = if outcome == Outcome::Interrupted {
+                    CellError::new("Interrupted", "the cell was interrupted")
+                } else {
+                    CellError::new("Error", "the cell failed")
+                };
+                send_iopub(outbox, request.child(error_output(&e)));
+                e
+            });
+            error_reply(&error, count)
+        }
+    };
+    let executed = if outcome == Outcome::Ok {
+        Executed::Ok
+    } else {
+        Executed::Failed { stop_on_error }
+    };
+    (executed, request.child(reply))
+}
+
+/// The reply to an execute request that was not run because an earlier cell failed.
+pub fn aborted_reply(count: u32) -> ExecuteReply {
+    ExecuteReply {
+        status: ReplyStatus::Aborted,
+        execution_count: execution_count(count),
+        payload: Vec::new(),
+        user_expressions: Some(Default::default()),
+        error: None,
+    }
+}
+
+fn send_iopub(outbox: &Outbox, message: JupyterMessage) {
+    let _ = outbox.send(Outgoing::IoPub(message));
+}
+
+fn stream(outbox: &Outbox, request: &Arc<Request>, stream: Stream, text: String) {
+    if !text.is_empty() {
+        let _ = outbox.send(Outgoing::Stream {
+            parent: request.clone(),
+            stream,
+            text,
+        });
+    }
+}
+
+fn execution_count(count: u32) -> ExecutionCount {
+    ExecutionCount::new(count as usize)
+}
+
+/// A bundle as Jupyter media (every MIME type it has, `text/plain` always).
+pub fn media(bundle: &MimeBundle) -> Media {
+    let map: serde_json::Map<String, Value> = bundle
+        .0
+        .iter()
+        .map(|(mime, data)| (mime.clone(), Value::String(data.clone())))
+        .collect();
+    serde_json::from_value(Value::Object(map)).unwrap_or_default()
+}
+
+/// A `display_data` of `bundle`, with `metadata` when given.
+pub fn display_data(bundle: &MimeBundle, metadata: Option<Value>) -> DisplayData {
+    DisplayData {
+        data: media(bundle),
+        metadata: match metadata {
+            Some(Value::Object(map)) => map,
+            _ => Default::default(),
+        },
+        transient: None,
+    }
+}
+
+/// An `execute_result` of `bundle`, the value of cell `count`.
+pub fn execute_result(bundle: &MimeBundle, count: u32) -> ExecuteResult {
+    ExecuteResult {
+        execution_count: execution_count(count),
+        data: media(bundle),
+        metadata: Default::default(),
+        transient: Some(Transient::default()),
+    }
+}
+
+/// The `error` message of a failed cell.
+pub fn error_output(error: &CellError) -> ErrorOutput {
+    ErrorOutput {
+        ename: error.ename.clone(),
+        evalue: error.evalue.clone(),
+        traceback: traceback(error),
+    }
+}
+
+/// The execute reply of a failed cell.
+fn error_reply(error: &CellError, count: u32) -> ExecuteReply {
+    ExecuteReply {
+        status: ReplyStatus::Error,
+        execution_count: execution_count(count),
+        payload: Vec::new(),
+        user_expressions: Some(Default::default()),
+        error: Some(Box::new(ReplyError {
+            ename: error.ename.clone(),
+            evalue: error.evalue.clone(),
+            traceback: traceback(error),
+        })),
+    }
+}
+
+/// The traceback lines front ends show (they show the traceback instead of the name and
+/// value when it has lines): `ename: evalue` in bold red, then each block of the session's
+/// traceback that says more than the message, as the REPL prints them.
+pub fn traceback(error: &CellError) -> Vec<String> {
+    let head = if error.evalue.is_empty() {
+        error.ename.clone()
+    } else {
+        format!("{}: {}", error.ename, error.evalue)
+    };
+    let mut lines = vec![format!("\x1b[1;31m{head}\x1b[0m")];
+    for block in &error.traceback {
+        let mut block_lines = block.trim_end().lines().peekable();
+        if block_lines
+            .peek()
+            .is_some_and(|first| *first == head || *first == error.evalue.trim_end())
+        {
+            block_lines.next();
+        }
+        let rest: Vec<&str> = block_lines.collect();
+        if !rest.is_empty() {
+            lines.push(rest.join("\n"));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::content_json;
+    use crate::wire::tests::request;
+
+    #[test]
+    fn bundles_keep_every_mime_type() {
+        let bundle = MimeBundle::text("tensor([1.])").with("text/html", "<table></table>");
+        let r = request("execute_request", json!({"code": "x"}));
+        let message = r.child(display_data(&bundle, None));
+        assert_eq!(
+            content_json(&message),
+            json!({"data": {"text/plain": "tensor([1.])", "text/html": "<table></table>"},
+                   "metadata": {}})
+        );
+        let message = r.child(execute_result(&MimeBundle::text("3"), 7));
+        assert_eq!(
+            content_json(&message),
+            json!({"execution_count": 7, "data": {"text/plain": "3"}, "metadata": {},
+                   "transient": {}})
+        );
+        assert_eq!(message.header.msg_type, "execute_result");
+    }
+
+    #[test]
+    fn replies_validate_as_jupyter_expects() {
+        let ok = serde_json::to_value(ExecuteReply {
+            status: ReplyStatus::Ok,
+            execution_count: execution_count(2),
+            payload: Vec::new(),
+            user_expressions: Some(Default::default()),
+            error: None,
+        })
+        .unwrap();
+        assert_eq!(
+            ok,
+            json!({"status": "ok", "execution_count": 2, "payload": [], "user_expressions": {}})
+        );
+        let error = CellError::new("MagicError", "%nope is not a magic");
+        let reply = serde_json::to_value(error_reply(&error, 3)).unwrap();
+        assert_eq!(reply["status"], "error");
+        assert_eq!(reply["ename"], "MagicError");
+        assert_eq!(reply["evalue"], "%nope is not a magic");
+        let aborted = serde_json::to_value(aborted_reply(3)).unwrap();
+        assert_eq!(aborted["status"], "aborted");
+    }
+
+    #[test]
+    fn tracebacks_lead_with_the_error_and_drop_repeats() {
+        let error = CellError {
+            ename: "CompileError".into(),
+            evalue: "cannot find value `y`".into(),
+            traceback: vec![
+                "cannot find value `y`".into(),
+                "error[E0425]: cannot find value `y`\n --> cell [2], line 1:1\n".into(),
+            ],
+        };
+        assert_eq!(
+            traceback(&error),
+            [
+                "\x1b[1;31mCompileError: cannot find value `y`\x1b[0m",
+                "error[E0425]: cannot find value `y`\n --> cell [2], line 1:1",
+            ]
+        );
+        assert_eq!(
+            traceback(&CellError::new("Interrupted", "stopped")).len(),
+            1
+        );
+    }
+}
