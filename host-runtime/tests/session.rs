@@ -422,6 +422,76 @@ fn recompiles_explain_and_timeline_read_compiles() {
     fails(&mut s, "%timeline svg", "MagicError");
 }
 
+/// A cell that shows a 2×3 f32 tensor [[1, 2, 3], [4, 5, 6]] with `tensor_display`.
+const DISPLAY_WAT: &str = r#"%%wat
+(module
+  (import "neuronlab" "tensor_create" (func $create (param i32 i32 i32 i32 i32) (result i32)))
+  (import "neuronlab" "tensor_display" (func $display (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "\02\00\00\00\00\00\00\00\03\00\00\00\00\00\00\00")
+  (data (i32.const 16) "\00\00\80\3f\00\00\00\40\00\00\40\40\00\00\80\40\00\00\a0\40\00\00\c0\40")
+  (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10001))
+  (func (export "run")
+    (drop (call $display
+      (call $create (i32.const 0) (i32.const 0) (i32.const 2) (i32.const 16) (i32.const 24))))))
+"#;
+
+#[test]
+fn rich_outputs_carry_html_and_svg() {
+    let mut s = session();
+    let ran = run(&mut s, DISPLAY_WAT);
+    assert_eq!(ran.outcome, Outcome::Ok, "{:?}", ran.outputs);
+    let shown = ran
+        .outputs
+        .iter()
+        .find_map(|o| match o {
+            Output::Display(b) => Some(b.clone()),
+            _ => None,
+        })
+        .expect("a display");
+    assert!(
+        shown.plain().starts_with("tensor([[1., 2., 3.]"),
+        "{shown:?}"
+    );
+    let html = shown.get("text/html").expect("html");
+    assert!(
+        html.contains("tensor f32[2, 3] · neuron:0 · 24 B"),
+        "{html}"
+    );
+    assert!(
+        html.contains("min 1.0000 · max 6.0000 · mean 3.5000 · std 1.7078"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<table") && html.contains(">6.</td>"),
+        "{html}"
+    );
+
+    // The summary names each compile with its reason.
+    let ran = run(&mut s, COMPILE_WAT);
+    let summary = ran
+        .outputs
+        .iter()
+        .find_map(|o| match o {
+            Output::Summary(b) => Some(b.clone()),
+            _ => None,
+        })
+        .expect("a summary");
+    let html = summary.get("text/html").expect("html");
+    assert!(html.contains(">compile</span> f: "), "{html}");
+    assert!(html.contains(">recompile</span> f: "), "{html}");
+    assert!(!summary.plain().contains('<'), "{summary:?}");
+
+    ok(&mut s, HELLO_CELL);
+    let ran = run(&mut s, "%timeline");
+    let Some(Output::Display(timeline)) = ran.outputs.first() else {
+        panic!("{:?}", ran.outputs)
+    };
+    assert!(timeline.plain().starts_with("modeled device time "));
+    let svg = timeline.get("image/svg+xml").expect("svg");
+    assert!(svg.starts_with("<svg ") && svg.contains("modeled device time (µs)"));
+}
+
 #[test]
 fn vars_and_mem_show_what_the_session_holds() {
     let mut s = session();

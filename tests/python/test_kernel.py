@@ -279,6 +279,28 @@ def test_a_tensor_displays_and_the_summary_follows(kernel):
     assert "ops" in summary["content"]["data"]["text/plain"]
 
 
+def test_rich_displays_carry_html_and_svg(kernel):
+    _, kc = kernel
+    reply, outputs = run_cell(kc, "let t = neuronlab::ones(&[2, 3])?;\nt.exp()?.display()?;")
+    assert reply["status"] == "ok", outputs
+    displays = [m["content"] for m in outputs if m["msg_type"] == "display_data"]
+    tensor = next(d for d in displays if d["metadata"] == {})
+    assert tensor["data"]["text/plain"].startswith("tensor([[2.7183, 2.7183, 2.7183]")
+    html = tensor["data"]["text/html"]
+    assert "<table" in html and "tensor f32[2, 3] · neuron:0 · 24 B" in html, html
+    assert ">2.7183</td>" in html, html
+    summary = next(d for d in displays if d["metadata"] == {"neuronlab": {"kind": "summary"}})
+    assert ">ops</span> " in summary["data"]["text/html"], summary
+
+    reply, outputs = run_cell(kc, "%timeline")
+    assert reply["status"] == "ok", outputs
+    [timeline] = [m["content"] for m in outputs if m["msg_type"] == "display_data"]
+    assert timeline["data"]["text/plain"].startswith("modeled device time ")
+    svg = timeline["data"]["image/svg+xml"]
+    assert svg.startswith("<svg ") and "modeled device time (µs)" in svg, svg[:200]
+    assert "neuron:0" in svg
+
+
 def test_stop_on_error_aborts_queued_cells(kernel):
     _, kc = kernel
     # The failing cell builds (about a second), so the next request is queued by then.

@@ -10,10 +10,12 @@
 //! - [`rust_cell`]: a Rust cell becomes a guest crate (parse, generate, build, map errors).
 //! - [`guests`]: running modules: built cells, `%%wat` cells, `%load`ed modules, SPMD.
 //! - [`magics`]: the `%` commands, their help and their completion, from one table.
+//! - [`display`]: the HTML of tensors and of the cell's event summary.
 //! - [`output`]: what a cell produces.
 
 pub mod cell;
 pub mod complete;
+pub mod display;
 pub mod guests;
 pub mod magics;
 pub mod output;
@@ -275,7 +277,10 @@ impl Session {
         if !events.is_empty() {
             let summary = Summary::from_events(&events);
             if summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0 {
-                out(Output::Summary(MimeBundle::text(summary.to_string())));
+                let html = display::summary_html(&summary, &events);
+                out(Output::Summary(
+                    MimeBundle::text(summary.to_string()).with("text/html", html),
+                ));
             }
         }
         outcome

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::display::tensor_html;
 use crate::tensor::{format_tensor, FormatOptions};
 use crate::Tensor;
 
@@ -49,9 +50,11 @@ impl MimeBundle {
         self.0.get(mime).map(String::as_str)
     }
 
-    /// A tensor: numpy-style text.
+    /// A tensor: numpy-style text, and an HTML table with its statistics
+    /// ([`tensor_html`]).
     pub fn tensor(t: &Tensor) -> MimeBundle {
         MimeBundle::text(format_tensor(t, &FormatOptions::default()))
+            .with("text/html", tensor_html(t))
     }
 }
 

@@ -30,7 +30,7 @@ impl Default for FormatOptions {
 }
 
 /// The indices shown along a dim of `size`; `None` marks the `...`.
-fn shown(size: usize, summarize: bool, edge: usize) -> Vec<Option<usize>> {
+pub(crate) fn shown(size: usize, summarize: bool, edge: usize) -> Vec<Option<usize>> {
     if summarize && size > 2 * edge {
         (0..edge)
             .map(Some)
@@ -52,6 +52,7 @@ enum FloatMode {
     Scientific,
 }
 
+/// The mode that writes every finite value of `values` alike (numpy's rules).
 fn float_mode(values: &[f64]) -> FloatMode {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     if finite.iter().all(|v| v.fract() == 0.0) {
@@ -76,6 +77,7 @@ fn float_mode(values: &[f64]) -> FloatMode {
     }
 }
 
+/// One float in `mode` with `precision` digits; `nan`, `inf` and `-inf` as numpy writes them.
 fn format_float(v: f64, mode: &FloatMode, precision: usize) -> String {
     if v.is_nan() {
         return "nan".into();
@@ -109,19 +111,7 @@ pub fn format_tensor(t: &Tensor, opts: &FormatOptions) -> String {
     let mut raw: Vec<f64> = Vec::new();
     let mut ints: Vec<i64> = Vec::new();
     collect(t, &dims, 0, &mut index, &mut raw, &mut ints);
-    let texts: Vec<String> = match t.dtype() {
-        DType::Bool => ints
-            .iter()
-            .map(|&v| if v != 0 { "True" } else { "False" }.to_string())
-            .collect(),
-        d if d.is_float() => {
-            let mode = float_mode(&raw);
-            raw.iter()
-                .map(|&v| format_float(v, &mode, opts.precision))
-                .collect()
-        }
-        _ => ints.iter().map(|v| v.to_string()).collect(),
-    };
+    let texts = element_texts(t.dtype(), &raw, &ints, opts.precision);
     let width = texts.iter().map(|s| s.len()).max().unwrap_or(0);
     let prefix = "tensor(";
     let mut next = texts.iter();
@@ -131,6 +121,29 @@ pub fn format_tensor(t: &Tensor, opts: &FormatOptions) -> String {
         t.dtype(),
         t.device()
     )
+}
+
+/// The texts of elements of `dtype`, given as f64 (`raw`) and as i64 (`ints`), in the
+/// order given: `True`/`False`, integers, or floats in one mode shared by all of them.
+pub(crate) fn element_texts(
+    dtype: DType,
+    raw: &[f64],
+    ints: &[i64],
+    precision: usize,
+) -> Vec<String> {
+    match dtype {
+        DType::Bool => ints
+            .iter()
+            .map(|&v| if v != 0 { "True" } else { "False" }.to_string())
+            .collect(),
+        d if d.is_float() => {
+            let mode = float_mode(raw);
+            raw.iter()
+                .map(|&v| format_float(v, &mode, precision))
+                .collect()
+        }
+        _ => ints.iter().map(|v| v.to_string()).collect(),
+    }
 }
 
 fn collect(

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 pub use dtype::{Category, DType, UnknownDType};
 pub use element::{Buffer, Element};
+pub(crate) use format::{element_texts, shown};
 pub use format::{format_tensor, FormatOptions};
 pub use layout::{
     broadcast_shapes, checked_numel, contiguous_strides, normalize_dim, shape_str, Layout,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use jupyter_protocol::{
     DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount,
-    JupyterMessage, Media, ReplyError, ReplyStatus, Transient,
+    JupyterMessage, Media, MediaType, ReplyError, ReplyStatus, Transient,
 };
 use neuronlab_runtime::session::{CellError, MimeBundle, Outcome, Output, Session};
 use serde_json::{json, Value};
@@ -158,14 +158,34 @@ fn execution_count(count: u32) -> ExecutionCount {
     ExecutionCount::new(count as usize)
 }
 
-/// A bundle as Jupyter media (every MIME type it has, `text/plain` always).
+/// A bundle as Jupyter media: every MIME type it has (`text/plain` always, `text/html`,
+/// `image/svg+xml`, ...), each on its own. JSON types (`application/json`, `...+json`) carry
+/// their text parsed as JSON when it parses. An entry the protocol crate will not take (a
+/// data resource that is not one, say) goes as a plain string under its MIME type instead
+/// of taking the whole bundle down with it.
 pub fn media(bundle: &MimeBundle) -> Media {
-    let map: serde_json::Map<String, Value> = bundle
+    let content = bundle
         .0
         .iter()
-        .map(|(mime, data)| (mime.clone(), Value::String(data.clone())))
+        .flat_map(|(mime, data)| {
+            let text = Value::String(data.clone());
+            let value = match is_json_mime(mime) {
+                true => serde_json::from_str(data).unwrap_or_else(|_| text.clone()),
+                false => text.clone(),
+            };
+            let one = serde_json::Map::from_iter([(mime.clone(), value)]);
+            match serde_json::from_value::<Media>(Value::Object(one)) {
+                Ok(media) => media.content,
+                Err(_) => vec![MediaType::Other((mime.clone(), text))],
+            }
+        })
         .collect();
-    serde_json::from_value(Value::Object(map)).unwrap_or_default()
+    Media::new(content)
+}
+
+/// Whether `mime` carries JSON rather than text.
+fn is_json_mime(mime: &str) -> bool {
+    mime == "application/json" || mime.ends_with("+json")
 }
 
 /// A `display_data` of `bundle`, with `metadata` when given.
@@ -255,6 +275,23 @@ mod tests {
             content_json(&message),
             json!({"data": {"text/plain": "tensor([1.])", "text/html": "<table></table>"},
                    "metadata": {}})
+        );
+        let rich = MimeBundle::text("timeline")
+            .with("text/html", "<b>x</b>")
+            .with("image/svg+xml", "<svg></svg>")
+            .with("application/json", r#"{"a": [1, 2]}"#)
+            .with("application/vnd.dataresource+json", "not a table");
+        let message = r.child(display_data(&rich, None));
+        assert_eq!(
+            content_json(&message)["data"],
+            json!({"text/plain": "timeline", "text/html": "<b>x</b>",
+                   "image/svg+xml": "<svg></svg>", "application/json": {"a": [1, 2]},
+                   "application/vnd.dataresource+json": "not a table"})
+        );
+        let message = r.child(execute_result(&rich, 2));
+        assert_eq!(
+            content_json(&message)["data"]["image/svg+xml"],
+            "<svg></svg>"
         );
         let message = r.child(execute_result(&MimeBundle::text("3"), 7));
         assert_eq!(

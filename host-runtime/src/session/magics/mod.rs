@@ -6,11 +6,13 @@
 //! - [`views`]: magics that show what happened (`%events`, `%recompiles`, `%explain`,
 //!   `%vars`, `%mem`, `%timeline`, `%trace`);
 //! - [`state`]: magics that change the session (`%reset`, `%device`, `%cache`);
-//! - `table` and `timeline`: the text and HTML tables, and the text timeline, they show.
+//! - `table`, `timeline` and `timeline_svg`: the text and HTML tables, and the text and SVG
+//!   timelines, they show.
 
 pub mod state;
 mod table;
 mod timeline;
+mod timeline_svg;
 pub mod views;
 
 use std::path::PathBuf;
@@ -149,7 +151,8 @@ pub const MAGICS: &[Magic] = &[
         name: "timeline",
         kind: MagicKind::Line,
         usage: "%timeline",
-        help: "The last cell's modeled device timeline, one row per core.",
+        help: "The last cell's modeled device timeline, one row per core (drawn as SVG in \
+               notebooks).",
     },
 ];
 

@@ -1,6 +1,7 @@
 //! The tables magics show: aligned plain text for terminals, and an HTML `<table>` for
 //! notebooks, from the same rows.
 
+use super::super::display::escape;
 use super::super::MimeBundle;
 
 /// Rows under a header. Columns listed in `right` are right-aligned (numbers).
@@ -110,14 +111,6 @@ pub fn count(n: usize, noun: &str) -> String {
         1 => format!("1 {noun}"),
         n => format!("{n} {noun}s"),
     }
-}
-
-/// `text` with HTML's special characters escaped.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

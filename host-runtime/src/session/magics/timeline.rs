@@ -1,6 +1,7 @@
 //! `%timeline` as text: each core's ops and collectives laid back to back by their modeled
 //! times (as the Chrome trace's device track draws them), one row per core, with a legend
-//! of the ops that take the most time.
+//! of the ops that take the most time. The layout and the ranking are shared with the SVG
+//! drawing ([`super::timeline_svg`]).
 
 use std::collections::BTreeMap;
 
@@ -12,39 +13,42 @@ use crate::events::{Event, EventKind};
 pub const WIDTH: usize = 70;
 
 /// The symbols of the ops with the most modeled time, in that order; other ops are `.`.
-const SYMBOLS: &[char] = &['A', 'B', 'C', 'D', 'E', 'F', 'G', 'H'];
-const OTHER: char = '.';
+pub(super) const SYMBOLS: &[char] = &['A', 'B', 'C', 'D', 'E', 'F', 'G', 'H'];
+pub(super) const OTHER: char = '.';
 
 /// One op or collective on a core's modeled clock, in seconds.
-struct Slice {
-    name: String,
-    start: f64,
-    end: f64,
+pub(super) struct Slice {
+    /// The op or collective.
+    pub(super) name: String,
+    /// When it starts, from the core's first work.
+    pub(super) start: f64,
+    /// When it ends.
+    pub(super) end: f64,
+}
+
+/// Each core's slices, by core.
+pub(super) type Lanes = BTreeMap<CoreId, Vec<Slice>>;
+
+/// One name's modeled time, in seconds, and how many slices it has.
+pub(super) struct Ranked<'a> {
+    /// The op or collective.
+    pub(super) name: &'a str,
+    /// Its total modeled time over every core.
+    pub(super) time: f64,
+    /// Its slices.
+    pub(super) count: usize,
 }
 
 /// The timeline of `events`, or `None` when none of them did device work.
 pub fn render(events: &[Event]) -> Option<String> {
     let cores = lay_out(events);
-    let span = cores
-        .values()
-        .filter_map(|s| s.last())
-        .map(|s| s.end)
-        .fold(0.0, f64::max);
+    let span = span(&cores);
     if span <= 0.0 {
         return None;
     }
-    // Modeled time and count per name, the largest first (ties by name, for stable output).
-    let mut totals: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for slice in cores.values().flatten() {
-        let total = totals.entry(&slice.name).or_default();
-        total.0 += slice.end - slice.start;
-        total.1 += 1;
-    }
-    let mut ranked: Vec<(&str, f64, usize)> =
-        totals.into_iter().map(|(n, (t, c))| (n, t, c)).collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let ranked = rank(&cores);
     let symbol = |name: &str| {
-        let rank = ranked.iter().position(|r| r.0 == name);
+        let rank = ranked.iter().position(|r| r.name == name);
         rank.and_then(|r| SYMBOLS.get(r)).copied().unwrap_or(OTHER)
     };
 
@@ -63,17 +67,19 @@ pub fn render(events: &[Event]) -> Option<String> {
             duration(end)
         ));
     }
-    let all: f64 = ranked.iter().map(|r| r.1).sum();
-    for (i, (name, time, count)) in ranked.iter().enumerate().take(SYMBOLS.len()) {
+    let all: f64 = ranked.iter().map(|r| r.time).sum();
+    for (i, r) in ranked.iter().enumerate().take(SYMBOLS.len()) {
         text.push_str(&format!(
-            "  {} {name}: {count} × {} total, {:.0}%\n",
+            "  {} {}: {} × {} total, {:.0}%\n",
             SYMBOLS[i],
-            duration(*time),
-            100.0 * time / all
+            r.name,
+            r.count,
+            duration(r.time),
+            100.0 * r.time / all
         ));
     }
     if let Some(rest) = ranked.get(SYMBOLS.len()..).filter(|r| !r.is_empty()) {
-        let time: f64 = rest.iter().map(|r| r.1).sum();
+        let time: f64 = rest.iter().map(|r| r.time).sum();
         text.push_str(&format!(
             "  {OTHER} {} other ops: {} total, {:.0}%\n",
             rest.len(),
@@ -84,9 +90,34 @@ pub fn render(events: &[Event]) -> Option<String> {
     Some(text.trim_end().to_string())
 }
 
+/// The end of the busiest core's work, in seconds (0 when no core did any).
+pub(super) fn span(cores: &Lanes) -> f64 {
+    cores
+        .values()
+        .filter_map(|s| s.last())
+        .map(|s| s.end)
+        .fold(0.0, f64::max)
+}
+
+/// Modeled time and count per name, the largest first (ties by name, for stable output).
+pub(super) fn rank(cores: &Lanes) -> Vec<Ranked<'_>> {
+    let mut totals: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for slice in cores.values().flatten() {
+        let total = totals.entry(&slice.name).or_default();
+        total.0 += slice.end - slice.start;
+        total.1 += 1;
+    }
+    let mut ranked: Vec<Ranked> = totals
+        .into_iter()
+        .map(|(name, (time, count))| Ranked { name, time, count })
+        .collect();
+    ranked.sort_by(|a, b| b.time.total_cmp(&a.time).then(a.name.cmp(b.name)));
+    ranked
+}
+
 /// Each core's ops (those that cost device time) and collectives, back to back from zero.
-fn lay_out(events: &[Event]) -> BTreeMap<CoreId, Vec<Slice>> {
-    let mut cores: BTreeMap<CoreId, Vec<Slice>> = BTreeMap::new();
+pub(super) fn lay_out(events: &[Event]) -> Lanes {
+    let mut cores: Lanes = BTreeMap::new();
     for event in events {
         let (name, seconds) = match &event.kind {
             EventKind::Op(op) if op.modeled.total_s > 0.0 => (&op.name, op.modeled.total_s),
@@ -123,12 +154,13 @@ fn row(slices: &[Slice], span: f64, symbol: &dyn Fn(&str) -> char) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::device::{Bound, ModeledTime};
     use crate::events::{CollectiveEvent, OpEvent};
 
-    fn op(core: u32, name: &str, us: f64) -> Event {
+    /// An op of `us` modeled microseconds on `core`.
+    pub(in crate::session::magics) fn op(core: u32, name: &str, us: f64) -> Event {
         Event {
             seq: 0,
             ts_us: 0.0,

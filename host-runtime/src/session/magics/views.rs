@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::super::{fail, CellError, MimeBundle, Outcome, Output, Session};
 use super::table::{count, Table};
-use super::{timeline as drawing, usage_error};
+use super::{timeline as drawing, timeline_svg, usage_error};
 use crate::events::fmt::{bytes, duration, duration_us};
 use crate::events::{save_chrome_trace, Event, EventKind, LimitAction, TensorSig};
 use crate::vars::Var;
@@ -409,13 +409,21 @@ pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome 
     Outcome::Ok
 }
 
-/// `%timeline`: the last cell's modeled device timeline, one row per core.
+/// `%timeline`: the last cell's modeled device timeline, one row per core, as text and as an
+/// SVG drawing.
 pub fn timeline(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     if !args.is_empty() {
         return usage_error(out, "timeline", "takes no arguments");
     }
-    match drawing::render(&last_cell(s)) {
-        Some(text) => out(Output::Display(MimeBundle::text(text))),
+    let events = last_cell(s);
+    match drawing::render(&events) {
+        Some(text) => {
+            let mut bundle = MimeBundle::text(text);
+            if let Some(svg) = timeline_svg::render(&events) {
+                bundle = bundle.with("image/svg+xml", svg);
+            }
+            out(Output::Display(bundle))
+        }
         None => out(Output::Stdout(
             "the last cell did no device work: no op or collective with a modeled time\n".into(),
         )),
