@@ -1,0 +1,97 @@
+"""Every notebook in notebooks/ runs top to bottom in a fresh neuronlab kernel (nbclient), with
+assertions on its key outputs. Cells tagged `raises-exception` must fail; every other cell
+must succeed. The notebooks are stored without outputs.
+
+The kernelspec comes from test_kernel's setup (scripts/test installs it into a temporary
+prefix; run alone, the module installs one itself).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import test_kernel  # noqa: F401  (puts the kernelspec on Jupyter's path)
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def run_notebook(name: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+        assert not cell.get("outputs"), f"{name}: outputs must be stripped in the repository"
+    client = NotebookClient(
+        nb,
+        kernel_name="neuronlab",
+        timeout=test_kernel.BUILD_TIMEOUT,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute(env=test_kernel.kernel_env())
+    return nb
+
+
+def text(cell: nbformat.NotebookNode) -> str:
+    """Everything a cell showed as text: streams, results, displays, errors."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif out.output_type in ("execute_result", "display_data"):
+            parts.append(out.data.get("text/plain", ""))
+        elif out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+    return "\n".join(parts)
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def result(cell: nbformat.NotebookNode) -> str:
+    return next(o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result")
+
+
+def test_01_eager_basics():
+    cells = code_cells(run_notebook("01-eager-basics"))
+    first = cells[0]
+    html = next(o.data["text/html"] for o in first.outputs if o.output_type == "execute_result")
+    assert "<table" in html and "f32[2, 3]" in html
+    assert result(cells[1]) == "21"  # (np.arange(6).reshape(2, 3) + np.arange(3)).sum()
+    assert "caught: " in text(cells[2]) and "inner dims differ" in text(cells[2])
+    assert result(cells[4]) == "30"  # kept item `scaled` doubles sum(arange(6))
+    assert re.search(r"^a\s+Tensor\s+\[2, 3\]\s+f32", text(cells[5]), re.M)
+
+
+def test_02_recompilation_lab_counts_its_compiles():
+    cells = code_cells(run_notebook("02-recompilation-lab"))
+    # generation-cache: 8 recompiles of the growing step, then one compile of the padded one.
+    assert "10 compiles, 8 of them recompiles" in text(cells[1])
+    assert "input 0 'tokens' shape changed: expected [4, 64], got [5, 64]" in text(cells[1])
+    # bucketing adds 10 exact-length versions and 3 buckets.
+    assert "compiled graphs: exact lengths 10 version(s), buckets 3 version(s)" in text(cells[2])
+    assert "23 compiles" in text(cells[3])
+
+
+def test_03_collectives():
+    cells = code_cells(run_notebook("03-collectives"))
+    assert "[rank0]: tp-mlp: OK" in text(cells[0])
+    assert "all_reduce" in text(cells[1])
+    assert "[rank0]: mesh-4x8: OK" in text(cells[2])
+    assert "[rank0]: rank 0: [4.0, 4.0]" in text(cells[3])
+    assert "[4., 4.]" in result(cells[4])
+
+
+def test_04_sandbox_failures_leave_the_session_intact():
+    cells = code_cells(run_notebook("04-sandbox"))
+    failing = [c for c in cells if "raises-exception" in c.metadata.get("tags", [])]
+    for c in failing:
+        assert any(o.output_type == "error" for o in c.outputs), c.source
+    assert "Out" not in text(cells[2]) and "-2" in text(cells[2])  # ERR_HANDLE returned by `run`
+    assert "LinkError" in text(cells[3]) and "wasi_snapshot_preview1::fd_write" in text(cells[3])
+    assert "index out of bounds" in text(cells[4])
+    assert "mismatched types" in text(cells[5])
+    assert "still here" in text(cells[6]) and result(cells[6]) == "4"
