@@ -541,9 +541,14 @@ fn a_missing_rank_times_out_naming_the_op_group_and_absent_ranks() {
         collective_error(comm.all_reduce(&group, &t, ReduceOp::Sum).unwrap_err())
     });
     assert!(started.elapsed() < Duration::from_secs(20));
+    // Both groups time out at about the same moment; when rank 3 has already given up and
+    // returned, the others are told that instead.
     assert!(
-        errors[0].contains("all_reduce #1 on group [0, 1, 2, 3] timed out")
-            && errors[0].contains("rank(s) 3 never arrived while rank(s) 0, 1, 2 waited"),
+        errors[0].contains("all_reduce #1 on group [0, 1, 2, 3]")
+            && (errors[0].contains(
+                "timed out after 0.3 s: rank(s) 3 never arrived while rank(s) 0, 1, 2 waited"
+            ) || errors[0]
+                .contains("rank 3 finished without reaching it; rank(s) 0, 1, 2 are waiting")),
         "{}",
         errors[0]
     );
