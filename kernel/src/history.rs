@@ -54,14 +54,7 @@ pub struct History {
 /// The default history file, or `None` when neither `XDG_DATA_HOME` nor `HOME` is an
 /// absolute path.
 pub fn default_path() -> Option<PathBuf> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let base = absolute("XDG_DATA_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("share")))?;
-    Some(base.join("neuronlab").join("kernel-history.jsonl"))
+    neuronlab_runtime::sandbox::data_root().map(|d| d.join("kernel-history.jsonl"))
 }
 
 impl History {

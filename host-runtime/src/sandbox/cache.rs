@@ -36,6 +36,20 @@ pub fn cache_root() -> PathBuf {
     }
 }
 
+/// neuronlab's folder for user data that outlives a process (the REPL's and the kernel's
+/// histories): `$XDG_DATA_HOME/neuronlab`, else `~/.local/share/neuronlab`; `None` when
+/// neither base is an absolute path.
+pub fn data_root() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = absolute("XDG_DATA_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("share")))?;
+    Some(base.join("neuronlab"))
+}
+
 /// Compiled modules on disk.
 pub struct ModuleCache {
     dir: Option<PathBuf>,

@@ -21,7 +21,7 @@ mod tracing;
 mod vars;
 
 pub use abi::{ErrorCode, IMPORTS, MODULE};
-pub use cache::{cache_root, ModuleSource};
+pub use cache::{cache_root, data_root, ModuleSource};
 pub use dist::DistValue;
 pub use error::{GuestError, GuestErrorKind};
 pub use guest::{Guest, GuestModule, InterruptHandle, Sandbox, ABI_MAJOR, ABI_MINOR};

@@ -32,14 +32,7 @@ pub fn new_session() -> Result<Session, String> {
 /// The history file: `$XDG_DATA_HOME/neuronlab/history`, else
 /// `~/.local/share/neuronlab/history`; `None` when neither base is known.
 pub fn history_path() -> Option<PathBuf> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let base = absolute("XDG_DATA_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("share")))?;
-    Some(base.join("neuronlab").join("history"))
+    neuronlab_runtime::sandbox::data_root().map(|d| d.join("history"))
 }
 
 /// Runs the REPL until Ctrl-D.
