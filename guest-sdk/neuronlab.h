@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.2, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.3, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 2)
+#define NL_ABI_VERSION ((1 << 16) | 3)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -99,6 +99,8 @@ NL_IMPORT("last_error") int32_t nl_last_error(char *ptr, int32_t cap);
 /** Writes UTF-8 text to the cell's stdout (NL_STDOUT) or stderr (NL_STDERR); returns 0. */
 NL_IMPORT("print") int32_t nl_print(int32_t stream, const char *ptr, int32_t len);
 /** Shows rich output of a MIME type (text/html, image/svg+xml, ...); returns 0. */
+/* A few MIME types of ours are requests, not content (ABI.md, "sys"): the next display's
+ * display id or update, clear output, and plot specs (application/vnd.neuronlab.plot+json). */
 NL_IMPORT("display")
 int32_t nl_display(const char *mime_ptr, int32_t mime_len, const void *data_ptr, int32_t data_len);
 /** Nanoseconds of host monotonic time since the instance started. */
@@ -156,6 +158,8 @@ int32_t nl_compile_call(int32_t f, const int32_t *inputs, int32_t n_inputs, int3
 NL_IMPORT("compile_arg") int32_t nl_compile_arg(int32_t i);
 NL_IMPORT("compile_result") int32_t nl_compile_result(int32_t h);
 NL_IMPORT("compile_explain") int32_t nl_compile_explain(int32_t f, char *ptr, int32_t cap);
+/* ABI 1.3: calls, compiles, cache hits and eager calls, as four int64_t at out. */
+NL_IMPORT("compile_stats") int32_t nl_compile_stats(int32_t f, int64_t *out);
 NL_IMPORT("lazy_begin") int32_t nl_lazy_begin(void);
 NL_IMPORT("lazy_sync") int32_t nl_lazy_sync(void);
 NL_IMPORT("lazy_end") int32_t nl_lazy_end(void);

@@ -168,6 +168,39 @@ impl Compiled {
     pub fn explain(&self) -> Result<String> {
         sys::compile_explain(self.handle)
     }
+
+    /// What the function's calls did so far: calls, compiles (the first and every
+    /// recompile), cache hits and eager calls past the recompile limit.
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let before = step.stats()?.compiles;
+    /// step.call1(&[&x])?;
+    /// let compiled_now = step.stats()?.compiles > before;
+    /// ```
+    pub fn stats(&self) -> Result<CompileStats> {
+        let [calls, compiles, cache_hits, eager_calls] = sys::compile_stats(self.handle)?;
+        Ok(CompileStats {
+            calls: calls as u64,
+            compiles: compiles as u64,
+            cache_hits: cache_hits as u64,
+            eager_calls: eager_calls as u64,
+        })
+    }
+}
+
+/// What a compiled function's calls did ([`Compiled::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Calls so far.
+    pub calls: u64,
+    /// Calls that traced a new version: the first compile and every recompile.
+    pub compiles: u64,
+    /// Calls that ran a cached version without entering the guest.
+    pub cache_hits: u64,
+    /// Calls past the recompile limit, run eagerly.
+    pub eager_calls: u64,
 }
 
 /// Runs `f` in lazy mode: its ops are recorded, then compiled (or found by graph hash) and run

@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.2) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.3) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -13,7 +13,10 @@
 //! - [`from_slice`] to make a tensor from guest data, and [`DType`] with the [`Element`]
 //!   types.
 //! - Output to the cell: [`println!`], [`print!`], [`eprintln!`], [`eprint!`], [`dbg!`],
-//!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`].
+//!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`]; a
+//!   [`DisplayHandle`] to update a display in place, and [`clear_output`].
+//! - [`plot`]: line, bar and heatmap plots with labelled axes and units, drawn by the host
+//!   (SVG in a notebook, text in the REPL).
 //! - [`compile`] for compiled functions with guards and recompile reasons, [`lazy`] and
 //!   [`sync`] for lazy mode.
 //! - [`dist`] for runs of several ranks (`neuronlab run --nproc N`): the rank and world size,
@@ -67,6 +70,7 @@ mod error;
 mod op;
 pub mod ops;
 mod output;
+pub mod plot;
 pub mod prelude;
 mod sys;
 mod tensor;
@@ -74,7 +78,8 @@ pub mod vars;
 
 pub use attrs::Attrs;
 pub use compile::{
-    compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, Compiled, Function,
+    compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, CompileStats,
+    Compiled, Function,
 };
 pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};
@@ -82,7 +87,9 @@ pub use entry::{entry, neuronlab_abi_version, ABI_VERSION};
 pub use error::{Error, ErrorKind, Result};
 pub use op::call;
 pub use ops::*;
-pub use output::{clock, display, display_html, display_svg};
+pub use output::{
+    clear_output, clock, display, display_html, display_svg, DisplayHandle, Displayable, Html, Svg,
+};
 pub use tensor::{from_slice, Tensor};
 
 /// What the exported macros expand to. Not part of the API.
@@ -91,7 +98,7 @@ pub mod __private {
     pub use crate::output::print;
     pub use crate::sys::Stream;
     pub use crate::vars::{
-        show_text, KeepLocal, KeepPlain, KeepTensor, ShowDebug, ShowDisplay, ShowOpaque,
-        ShowTensor, ShowUnit, Wrap,
+        show_text, KeepLocal, KeepPlain, KeepTensor, ShowDebug, ShowDisplay, ShowOpaque, ShowRich,
+        ShowUnit, Wrap,
     };
 }

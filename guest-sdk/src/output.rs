@@ -194,6 +194,135 @@ pub fn display_svg(svg: &str) -> Result<()> {
     display("image/svg+xml", svg.as_bytes())
 }
 
+/// `display` MIME type: the next display is shown with a display id (ABI.md).
+const DISPLAY_ID_MIME: &str = "application/vnd.neuronlab.display-id";
+/// `display` MIME type: the next display replaces what the displays of an id show.
+const UPDATE_DISPLAY_MIME: &str = "application/vnd.neuronlab.update-display";
+/// `display` MIME type: clear the cell's output.
+const CLEAR_OUTPUT_MIME: &str = "application/vnd.neuronlab.clear-output";
+
+/// Something a cell can show: text (`&str`, `String`: `text/plain`), [`Html`], [`Svg`], a
+/// [`Tensor`](crate::Tensor) or a [`Plot`](crate::plot::Plot).
+pub trait Displayable {
+    /// Shows it as one display.
+    fn show(&self) -> Result<()>;
+}
+
+impl<T: Displayable + ?Sized> Displayable for &T {
+    fn show(&self) -> Result<()> {
+        (**self).show()
+    }
+}
+
+impl Displayable for str {
+    fn show(&self) -> Result<()> {
+        display("text/plain", self.as_bytes())
+    }
+}
+
+impl Displayable for String {
+    fn show(&self) -> Result<()> {
+        self.as_str().show()
+    }
+}
+
+/// An HTML fragment to show (`text/html`).
+#[derive(Clone, Copy, Debug)]
+pub struct Html<'a>(pub &'a str);
+
+impl Displayable for Html<'_> {
+    fn show(&self) -> Result<()> {
+        display_html(self.0)
+    }
+}
+
+/// An SVG image to show (`image/svg+xml`).
+#[derive(Clone, Copy, Debug)]
+pub struct Svg<'a>(pub &'a str);
+
+impl Displayable for Svg<'_> {
+    fn show(&self) -> Result<()> {
+        display_svg(self.0)
+    }
+}
+
+impl Displayable for crate::Tensor {
+    fn show(&self) -> Result<()> {
+        self.display()
+    }
+}
+
+impl Displayable for crate::plot::Plot {
+    fn show(&self) -> Result<()> {
+        crate::plot::Plot::show(self)
+    }
+}
+
+/// A display that can be updated in place, as IPython's `display(..., display_id=...)`: a
+/// long loop shows its progress (text, a table, a plot) in one place instead of a new line per
+/// step.
+///
+/// Every display shown with an id changes when that id is updated, in whichever cell it is.
+/// In the REPL, an update of the display printed last redraws it in place on a terminal and
+/// prints it again otherwise.
+///
+/// # Example
+///
+/// ```ignore
+/// use neuronlab::{DisplayHandle, plot};
+///
+/// let progress = DisplayHandle::new("training");
+/// progress.show("step 0")?;
+/// for step in 1..=100 {
+///     // ... one training step ...
+///     progress.update(&format!("step {step}: loss {loss:.3}"))?;
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DisplayHandle {
+    id: String,
+}
+
+impl DisplayHandle {
+    /// A handle for display id `id` (1 to 256 bytes of UTF-8).
+    pub fn new(id: &str) -> DisplayHandle {
+        DisplayHandle { id: id.to_string() }
+    }
+
+    /// The display id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Shows `content` as a new display with this id.
+    pub fn show<T: Displayable + ?Sized>(&self, content: &T) -> Result<()> {
+        display(DISPLAY_ID_MIME, self.id.as_bytes())?;
+        content.show()
+    }
+
+    /// Replaces what the displays with this id show by `content`.
+    pub fn update<T: Displayable + ?Sized>(&self, content: &T) -> Result<()> {
+        display(UPDATE_DISPLAY_MIME, self.id.as_bytes())?;
+        content.show()
+    }
+}
+
+/// Clears the cell's output, at once, or with `wait`, when the next output arrives (so a loop
+/// that clears and redraws does not flicker). The REPL keeps what it printed.
+///
+/// # Example
+///
+/// ```ignore
+/// for step in 0..10 {
+///     neuronlab::clear_output(true)?;
+///     neuronlab::println!("step {step}");
+/// }
+/// ```
+pub fn clear_output(wait: bool) -> Result<()> {
+    let data: &[u8] = if wait { b"wait" } else { b"" };
+    display(CLEAR_OUTPUT_MIME, data)
+}
+
 /// Host monotonic time since the guest instance started.
 ///
 /// `std::time::Instant` is not available on `wasm32-unknown-unknown`; this is the guest's

@@ -2,7 +2,8 @@
 //!
 //! It holds [`Tensor`], [`DType`], the error types, [`Attrs`] and [`call`], [`from_slice`],
 //! the 16-bit float types, compiling ([`compile`], [`lazy`]), the [`dist`] module with its
-//! types ([`Group`], [`DeviceMesh`], [`DTensor`], [`Placement`], [`ReduceOp`]), and every
+//! types ([`Group`], [`DeviceMesh`], [`DTensor`], [`Placement`], [`ReduceOp`]), the [`plot`]
+//! module, [`DisplayHandle`] and [`clear_output`], and every
 //! generated op function and options type (such as [`zeros`], [`cat`] and [`SumOptions`]).
 //!
 //! It does not hold the output macros: a glob import cannot shadow std's `println!`, so
@@ -20,7 +21,7 @@
 
 pub use crate::ops::*;
 pub use crate::{
-    call, compile, compile_with, dist, from_slice, lazy, sync, Attrs, Bf16, CompileOptions,
-    Compiled, DTensor, DType, DeviceMesh, Error, ErrorKind, Group, Placement, ReduceOp, Result,
-    Tensor, F16,
+    call, clear_output, compile, compile_with, dist, from_slice, lazy, plot, sync, Attrs, Bf16,
+    CompileOptions, Compiled, DTensor, DType, DeviceMesh, DisplayHandle, Error, ErrorKind, Group,
+    Placement, ReduceOp, Result, Tensor, F16,
 };

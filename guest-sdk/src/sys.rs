@@ -69,6 +69,7 @@ mod ffi {
         pub fn compile_arg(i: i32) -> i32;
         pub fn compile_result(h: u32) -> i32;
         pub fn compile_explain(f: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn compile_stats(f: i32, out_ptr: *mut i64) -> i32;
         pub fn lazy_begin() -> i32;
         pub fn lazy_sync() -> i32;
         pub fn lazy_end() -> i32;
@@ -385,6 +386,13 @@ pub(crate) fn compile_explain(f: i32) -> Result<String> {
     // SAFETY: `buf` is writable for `len` bytes.
     check(unsafe { ffi::compile_explain(f, buf.as_mut_ptr(), len) })?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+pub(crate) fn compile_stats(f: i32) -> Result<[i64; 4]> {
+    let mut out = [0i64; 4];
+    // SAFETY: `out` is writable for the four `i64`s the import writes.
+    check(unsafe { ffi::compile_stats(f, out.as_mut_ptr()) })?;
+    Ok(out)
 }
 
 pub(crate) fn lazy_begin() -> Result<()> {

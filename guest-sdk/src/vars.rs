@@ -43,6 +43,7 @@ use std::fmt::{Debug, Display};
 use std::str::FromStr;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::Displayable;
 use crate::sys;
 use crate::tensor::Tensor;
 
@@ -355,20 +356,19 @@ fn announced(show: impl FnOnce()) {
     show();
 }
 
-/// `__show!`, second tier: a tensor is shown richly, as [`Tensor::display`] does. Not part of
-/// the API.
+/// `__show!`, second tier: something [`Displayable`] (a tensor, a plot, [`Html`](crate::Html),
+/// text) is shown as its own display would show it. Not part of the API.
 #[doc(hidden)]
-pub trait ShowTensor {
+pub trait ShowRich {
     /// Shows the value as the cell's result.
     fn __neuronlab_show(self);
 }
 
-impl<T: AsTensor> ShowTensor for &&&Wrap<'_, T> {
+impl<T: Displayable + ?Sized> ShowRich for &&&Wrap<'_, T> {
     fn __neuronlab_show(self) {
         announced(|| {
-            let t = self.0.as_tensor();
-            if let Err(e) = t.display() {
-                show_text(&format!("<tensor: {e}>"));
+            if let Err(e) = self.0.show() {
+                show_text(&format!("<cannot show the value: {e}>"));
             }
         })
     }
@@ -471,7 +471,7 @@ macro_rules! __show {
     ($e:expr) => {{
         #[allow(unused_imports)]
         use $crate::__private::{
-            ShowDebug as _, ShowDisplay as _, ShowOpaque as _, ShowTensor as _, ShowUnit as _,
+            ShowDebug as _, ShowDisplay as _, ShowOpaque as _, ShowRich as _, ShowUnit as _,
         };
         (&&&&$crate::__private::Wrap(&$e)).__neuronlab_show()
     }};

@@ -12,6 +12,7 @@
 //! - [`spmd`]: the launcher that runs one module as N ranks.
 //! - [`session`]: the session engine behind the REPL and the Jupyter kernel: cells, magics,
 //!   variables, completion.
+//! - [`plot`]: plots guests ask for: the checked spec, drawn as SVG and as text.
 //! - [`vars`]: session variables, the tensors and values cells leave for later cells.
 
 pub mod cancel;
@@ -21,6 +22,7 @@ pub mod dist;
 pub mod error;
 pub mod events;
 pub mod ops;
+pub mod plot;
 pub mod runtime;
 pub mod sandbox;
 pub mod session;

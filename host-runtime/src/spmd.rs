@@ -203,7 +203,7 @@ impl RankOutputs {
                 let text = format_tensor(&t, &FormatOptions::default()) + "\n";
                 self.lines(rank, false, &text)
             }
-            rich @ GuestOutput::Display { .. } => (self.sink)(rich),
+            rich => (self.sink)(rich),
         }
     }
 

@@ -262,3 +262,94 @@ fn a_cell_runs_as_ranks_and_rank_0_keeps_its_bindings() {
         matches!(s.vars().get("total"), Some(Var::Tensor(t)) if t.to_vec::<f32>() == [4.0, 4.0])
     );
 }
+
+#[test]
+fn plots_display_ids_and_clear_output_reach_the_front_end() {
+    let (mut s, _dir) = session();
+    let outputs = ok(
+        &mut s,
+        "plot::line(\"compiles per step\")\n\
+             .x_axis(\"step\", \"\")\n\
+             .y_axis(\"host time\", \"ms\")\n\
+             .series(\"growing\", &[1, 2, 3, 4])\n\
+             .show()?;\n\
+         plot::bar(\"time\").categories(&[\"a\", \"b\"]).series(\"s\", &[1.5, 2.0]).show()?;\n\
+         plot::heatmap(\"h\").tensor(&arange(6.0)?.reshape(&[2, 3])?)?",
+    );
+    let bundles: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Display(b) | Output::Result(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bundles.len(), 3, "{outputs:?}");
+    let svg = bundles[0].get("image/svg+xml").expect("an SVG");
+    for label in ["compiles per step", "step", "host time (ms)", "growing"] {
+        assert!(svg.contains(label), "no {label:?} in the SVG");
+    }
+    assert!(bundles[0]
+        .plain()
+        .starts_with("line plot 'compiles per step'"));
+    assert!(
+        bundles[1].plain().contains("a  ██"),
+        "{}",
+        bundles[1].plain()
+    );
+    // A plot as the final expression is the cell's result.
+    let result = result(&outputs).expect("a result");
+    assert!(result.contains("2 x 3 values from 0 to 5"), "{result}");
+
+    let outputs = ok(
+        &mut s,
+        "let progress = DisplayHandle::new(\"progress\");\n\
+         progress.show(\"step 0\")?;\n\
+         for step in 1..3 { progress.update(&format!(\"step {step}\"))?; }\n\
+         clear_output(true)?;\n\
+         neuronlab::println!(\"done\");",
+    );
+    let shown: Vec<(String, String, bool)> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::DisplayWithId { id, bundle, update } => {
+                Some((id.clone(), bundle.plain().to_string(), *update))
+            }
+            _ => None,
+        })
+        .collect();
+    let want = |id: &str, text: &str, update| (id.to_string(), text.to_string(), update);
+    assert_eq!(
+        shown,
+        [
+            want("progress", "step 0", false),
+            want("progress", "step 1", true),
+            want("progress", "step 2", true)
+        ]
+    );
+    let clear = outputs
+        .iter()
+        .position(|o| *o == Output::ClearOutput { wait: true });
+    let done = outputs
+        .iter()
+        .position(|o| *o == Output::Stdout("done\n".into()));
+    assert!(clear.is_some() && clear < done, "{outputs:?}");
+
+    // A plot the host cannot draw is the guest's error, which says what to fix.
+    let (outcome, outputs) = run(
+        &mut s,
+        "plot::bar(\"bad\").categories(&[\"a\"]).series(\"s\", &[1.0, 2.0]).show()?;",
+    );
+    assert_eq!(outcome, Outcome::Error);
+    let (_, evalue, _) = error(&outputs);
+    assert!(
+        evalue.contains("bar plot 'bad': series 's' has 2 values but there are 1 categories"),
+        "{evalue}"
+    );
+    // An empty display id is refused the same way.
+    let (outcome, outputs) = run(&mut s, "DisplayHandle::new(\"\").show(\"x\")?;");
+    assert_eq!(outcome, Outcome::Error);
+    assert!(
+        error(&outputs).1.contains("display id must be"),
+        "{outputs:?}"
+    );
+}

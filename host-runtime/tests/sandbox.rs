@@ -541,3 +541,31 @@ fn vars_are_shared_by_the_guests_of_a_session_and_bad_ones_are_errors() {
 fn g_f32(g: &mut Guest, entry: &str) -> f32 {
     g.call(entry, &[]).unwrap()[0].parse().unwrap()
 }
+
+#[test]
+fn display_requests_are_checked_and_bad_ones_are_the_guests_error() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("display.wat").unwrap();
+    let invalid = ErrorCode::Invalid as i32;
+    let statuses: Vec<i32> = (0..7)
+        .map(|which| call_i32(&mut g, "show", &[&which.to_string()]))
+        .collect();
+    assert_eq!(statuses, [0, invalid, 0, invalid, 0, invalid, invalid]);
+    let outputs = s.output.lock().unwrap().clone();
+    assert_eq!(
+        outputs.len(),
+        3,
+        "only the good requests reach the front end: {outputs:?}"
+    );
+    assert!(matches!(&outputs[0], GuestOutput::DisplayIdNext { id, update: false } if id == "p"));
+    assert!(matches!(
+        outputs[1],
+        GuestOutput::ClearOutput { wait: true }
+    ));
+    assert!(
+        matches!(&outputs[2], GuestOutput::Plot(p) if p.title == "t" && p.series[0].y.len() == 2)
+    );
+    // The last failure (the truncated plot spec) left a message for the guest.
+    assert!(call_i32(&mut g, "error", &[]) > 0);
+    s.assert_healthy();
+}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use neuronlab_runtime::dist::comm::parse_timeout;
 use neuronlab_runtime::dist::WorldOptions;
 use neuronlab_runtime::events::{LogFilter, Summary};
+use neuronlab_runtime::plot;
 use neuronlab_runtime::sandbox::{GuestOutput, Limits, ModuleSource, Sandbox};
 use neuronlab_runtime::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
@@ -33,6 +34,11 @@ fn show(output: GuestOutput) {
         GuestOutput::Display { mime, data } => {
             println!("[{mime}: {} bytes; shown in notebooks]", data.len())
         }
+        GuestOutput::Plot(plot) => println!("{}", plot::text::render(&plot)),
+        // Requests about how a notebook arranges its output; a terminal prints in order.
+        GuestOutput::ResultNext
+        | GuestOutput::DisplayIdNext { .. }
+        | GuestOutput::ClearOutput { .. } => {}
     }
 }
 

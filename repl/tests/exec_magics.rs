@@ -322,6 +322,12 @@ fn every_magic_with_good_and_bad_arguments() {
             &["%nope is not a magic; %help lists them"],
         ),
         vars_intact(),
+        // %doc
+        ok("%doc matmul", &["matmul(a, b) -> out", "group: "]),
+        ok("%doc x", &["x: Tensor", "shape:  [3]", "dtype:  f32"]),
+        ok("%doc %time", &["%time CODE"]),
+        fails("%doc nope", "MagicError", &["%doc: nothing is named `nope`"]),
+        bad("%doc", "doc", "give one name"),
         // %load
         ok(
             format!("%load {hello}"),

@@ -133,8 +133,9 @@ class NeuronlabKernelTests(jupyter_kernel_test.KernelTests):
 
     code_inspect_sample = "matmul"
 
-    # Not set: `code_page_something` (no cell uses the pager payload: %help prints its text as
-    # an output, which notebooks keep) and `code_clear_output` (the SDK has no clear_output).
+    # `%doc` answers with a pager payload; the SDK's clear_output sends clear_output.
+    code_page_something = "%doc matmul"
+    code_clear_output = "neuronlab::clear_output(false)?;"
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -299,6 +300,52 @@ def test_rich_displays_carry_html_and_svg(kernel):
     svg = timeline["data"]["image/svg+xml"]
     assert svg.startswith("<svg ") and "modeled device time (µs)" in svg, svg[:200]
     assert "neuron:0" in svg
+
+
+def test_a_guest_plot_is_svg_with_labelled_axes(kernel):
+    _, kc = kernel
+    code = """let growing = [1, 2, 3, 4, 5];
+plot::line("compiles per step")
+    .x_axis("step", "")
+    .y_axis("modeled time", "µs")
+    .series("growing", &growing)
+    .series("padded", &[1, 1, 1, 1, 1])
+    .show()?;"""
+    reply, outputs = run_cell(kc, code)
+    assert reply["status"] == "ok", outputs
+    [plot] = [
+        m["content"]
+        for m in outputs
+        if m["msg_type"] == "display_data" and "image/svg+xml" in m["content"]["data"]
+    ]
+    svg = plot["data"]["image/svg+xml"]
+    assert svg.startswith("<svg ") and svg.rstrip().endswith("</svg>"), svg[:200]
+    for label in ("compiles per step", "step", "modeled time (µs)", "growing", "padded"):
+        assert f">\n{label}\n</text>" in svg or f">{label}</text>" in svg, label
+    assert plot["data"]["text/plain"].startswith("line plot 'compiles per step'")
+
+
+def test_a_display_id_updates_in_place(kernel):
+    _, kc = kernel
+    code = """let progress = DisplayHandle::new("progress");
+progress.show("step 0")?;
+for step in 1..=3 {
+    progress.update(&format!("step {step}"))?;
+}"""
+    reply, outputs = run_cell(kc, code)
+    assert reply["status"] == "ok", outputs
+    shown = [
+        (m["msg_type"], m["content"]["transient"]["display_id"], m["content"]["data"]["text/plain"])
+        for m in outputs
+        if m["msg_type"] in ("display_data", "update_display_data")
+        and m["content"].get("transient", {}).get("display_id")
+    ]
+    assert shown == [
+        ("display_data", "progress", "step 0"),
+        ("update_display_data", "progress", "step 1"),
+        ("update_display_data", "progress", "step 2"),
+        ("update_display_data", "progress", "step 3"),
+    ], shown
 
 
 def test_stop_on_error_aborts_queued_cells(kernel):

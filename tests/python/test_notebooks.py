@@ -68,6 +68,12 @@ def test_01_eager_basics():
 
 def test_02_recompilation_lab_counts_its_compiles():
     cells = code_cells(run_notebook("02-recompilation-lab"))
+    # The plot of compiles per token: SVG with its labels; its text says where each way ends.
+    [plot] = [o.data for o in cells[0].outputs if "image/svg+xml" in o.get("data", {})]
+    for label in ("compiles so far", "tokens in the context", "growing input", "padded cache"):
+        assert label in plot["image/svg+xml"], label
+    assert re.search(r"growing input +\S+ +1 … 9, 12 points", plot["text/plain"]), plot
+    assert re.search(r"padded cache +\S+ +1 … 1, 12 points", plot["text/plain"]), plot
     # generation-cache: 8 recompiles of the growing step, then one compile of the padded one.
     assert "10 compiles, 8 of them recompiles" in text(cells[1])
     assert "input 0 'tokens' shape changed: expected [4, 64], got [5, 64]" in text(cells[1])

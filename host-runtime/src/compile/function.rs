@@ -121,6 +121,22 @@ pub struct CompiledFunction {
     pub breaks: Vec<String>,
     /// True once the limit was reached and later calls run eagerly.
     pub eager: bool,
+    /// What its calls did so far.
+    pub stats: CallStats,
+}
+
+/// What a compiled function's calls did, counted as they are planned: the numbers a plot of
+/// compiles per step needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// Calls.
+    pub calls: u64,
+    /// Calls that traced a new version (the first compile and every recompile).
+    pub compiles: u64,
+    /// Calls that ran a cached version without entering the guest.
+    pub cache_hits: u64,
+    /// Calls past the recompile limit, run eagerly.
+    pub eager_calls: u64,
 }
 
 impl CompiledFunction {
@@ -134,15 +150,18 @@ impl CompiledFunction {
             recompiles: 0,
             breaks: Vec::new(),
             eager: false,
+            stats: CallStats::default(),
         }
     }
 
-    /// Decides what a call with `signature` does.
+    /// Decides what a call with `signature` does, and counts it in [`CompiledFunction::stats`].
     pub fn plan(&mut self, signature: &Signature) -> Plan<'_> {
+        self.stats.calls += 1;
         if !self.breaks.is_empty() {
             return Plan::Lazy;
         }
         if let Some(i) = self.entries.iter().position(|e| &e.signature == signature) {
+            self.stats.cache_hits += 1;
             return Plan::Hit(&self.entries[i]);
         }
         let reason = guards::miss_reason(
@@ -159,8 +178,10 @@ impl CompiledFunction {
                 ));
             }
             let first = !std::mem::replace(&mut self.eager, true);
+            self.stats.eager_calls += 1;
             return Plan::Eager { first, reason };
         }
+        self.stats.compiles += 1;
         Plan::Trace { reason, recompile }
     }
 

@@ -26,7 +26,7 @@ use crate::{Error, Runtime};
 pub const MODULE: &str = "neuronlab";
 
 /// Every import this host provides (the sys, tensor, op, compile, dist and vars groups of ABI
-/// 1.2).
+/// 1.3).
 pub const IMPORTS: &[&str] = &[
     "last_error",
     "print",
@@ -51,6 +51,7 @@ pub const IMPORTS: &[&str] = &[
     "compile_arg",
     "compile_result",
     "compile_explain",
+    "compile_stats",
     "lazy_begin",
     "lazy_sync",
     "lazy_end",
@@ -499,7 +500,9 @@ pub fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             let r = (|| {
                 let mime = read_str(&mut c, mime_ptr, mime_len, "the MIME type")?;
                 let data = read(&mut c, data_ptr, data_len)?;
-                (c.data_mut().output)(GuestOutput::Display { mime, data });
+                let output = GuestOutput::from_display(mime, data)
+                    .map_err(|e| Fail(ErrorCode::Invalid, e))?;
+                (c.data_mut().output)(output);
                 Ok(0)
             })();
             status(&mut c, r)
@@ -693,6 +696,10 @@ fn define_compile(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             status(&mut c, r)
         },
     )?;
+    linker.func_wrap(MODULE, "compile_stats", |mut c: Ctx, f: i32, ptr: i32| {
+        let r = tracing::compile_stats(&mut c, f, ptr);
+        status(&mut c, r)
+    })?;
     linker.func_wrap(MODULE, "lazy_begin", |mut c: Ctx| {
         let r = tracing::lazy_begin(&mut c);
         status(&mut c, r)

@@ -27,4 +27,7 @@ pub use error::{GuestError, GuestErrorKind};
 pub use guest::{Guest, GuestModule, InterruptHandle, Sandbox, ABI_MAJOR, ABI_MINOR};
 pub use handles::{HandleError, HandleTable, MAX_HANDLES};
 pub use limits::Limits;
-pub use output::{GuestOutput, OutputSink};
+pub use output::{
+    GuestOutput, OutputSink, CLEAR_OUTPUT_MIME, DISPLAY_ID_MIME, MAX_DISPLAY_ID, RESULT_MIME,
+    UPDATE_DISPLAY_MIME,
+};

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use wasmtime::Extern;
 
 use super::abi::{
-    read, read_handles, read_str, value, write_capped, write_new_handles, Ctx, ErrorCode, Fail,
-    HostResult,
+    read, read_handles, read_str, value, write, write_capped, write_new_handles, Ctx, ErrorCode,
+    Fail, HostResult,
 };
 use super::dist::DistValue;
 use crate::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
@@ -625,6 +625,19 @@ pub fn compile_explain(c: &mut Ctx, f: i32, ptr: i32, cap: i32) -> HostResult<i3
     let index = function_index(c, f)?;
     let text = c.data().tracing.functions[index].explain();
     write_capped(c, ptr, cap, text.as_bytes())
+}
+
+/// `compile_stats(f, out_ptr) -> 0`: writes the function's calls, compiles, cache hits and
+/// eager calls as four `i64`s.
+pub fn compile_stats(c: &mut Ctx, f: i32, ptr: i32) -> HostResult<i32> {
+    let index = function_index(c, f)?;
+    let s = c.data().tracing.functions[index].stats;
+    let bytes: Vec<u8> = [s.calls, s.compiles, s.cache_hits, s.eager_calls]
+        .iter()
+        .flat_map(|v| (*v as i64).to_le_bytes())
+        .collect();
+    write(c, ptr, &bytes)?;
+    Ok(0)
 }
 
 /// `lazy_begin() -> 0`

@@ -18,10 +18,6 @@ use crate::spmd::{launch, RankOutputs, RankView, SpmdInterrupt, SpmdOptions};
 use crate::toolchain::Toolchain;
 use crate::vars::Var;
 
-/// The MIME type the SDK's `__show!` announces the cell's result with: the next tensor or
-/// display is the value of the final expression, not a display the cell asked for.
-pub const RESULT_MARKER: &str = "application/vnd.neuronlab.result";
-
 /// A module loaded with `%load` or defined by a `%%wat` cell, with its live instance, so
 /// `%run` calls keep the instance's state.
 pub struct LoadedModule {
@@ -100,6 +96,8 @@ struct OutputConverter {
     cell: u32,
     columns: Option<CellColumns>,
     result_next: bool,
+    /// The display id (and whether it is an update) the next display goes to.
+    display_id_next: Option<(String, bool)>,
     /// The last line on stderr that explains a failure (`error: ...`, `panicked at ...`).
     last_failure: Option<String>,
 }
@@ -110,6 +108,7 @@ impl OutputConverter {
             cell,
             columns,
             result_next: false,
+            display_id_next: None,
             last_failure: None,
         }
     }
@@ -130,11 +129,17 @@ impl OutputConverter {
                 }
                 Output::Stderr(text)
             }
-            GuestOutput::Display { mime, .. } if mime == RESULT_MARKER => {
+            GuestOutput::ResultNext => {
                 self.result_next = true;
                 return None;
             }
+            GuestOutput::DisplayIdNext { id, update } => {
+                self.display_id_next = Some((id, update));
+                return None;
+            }
+            GuestOutput::ClearOutput { wait } => Output::ClearOutput { wait },
             GuestOutput::Tensor(t) => self.shown(MimeBundle::tensor(&t)),
+            GuestOutput::Plot(p) => self.shown(MimeBundle::plot(&p)),
             GuestOutput::Display { mime, data } => {
                 let data = String::from_utf8_lossy(&data).into_owned();
                 let bundle = if mime == "text/plain" {
@@ -149,10 +154,13 @@ impl OutputConverter {
     }
 
     fn shown(&mut self, bundle: MimeBundle) -> Output {
+        let id = self.display_id_next.take();
         if std::mem::take(&mut self.result_next) {
-            Output::Result(bundle)
-        } else {
-            Output::Display(bundle)
+            return Output::Result(bundle);
+        }
+        match id {
+            Some((id, update)) => Output::DisplayWithId { id, bundle, update },
+            None => Output::Display(bundle),
         }
     }
 

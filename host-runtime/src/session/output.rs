@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::display::tensor_html;
+use crate::plot::{self, Plot};
 use crate::tensor::{format_tensor, FormatOptions};
 use crate::Tensor;
 
@@ -16,6 +17,23 @@ pub enum Output {
     Stderr(String),
     /// Rich output shown where it was asked for (a tensor, a table, a plot).
     Display(MimeBundle),
+    /// Rich output with a display id: shown anew, or (`update`) replacing what the earlier
+    /// displays of that id show, so a loop can show its progress in place.
+    DisplayWithId {
+        /// The id the guest chose.
+        id: String,
+        /// What to show.
+        bundle: MimeBundle,
+        /// Whether it replaces earlier displays of the id.
+        update: bool,
+    },
+    /// Clear the cell's output now, or (`wait`) when the next output arrives.
+    ClearOutput {
+        /// Wait for the next output before clearing.
+        wait: bool,
+    },
+    /// Text for the pager (a notebook's help pane), such as `%doc`'s.
+    Page(MimeBundle),
     /// The value of the cell's final expression.
     Result(MimeBundle),
     /// Why the cell failed.
@@ -48,6 +66,15 @@ impl MimeBundle {
     /// The representation for `mime`, if there is one.
     pub fn get(&self, mime: &str) -> Option<&str> {
         self.0.get(mime).map(String::as_str)
+    }
+
+    /// A plot: its text drawing, and SVG ([`plot::svg`]).
+    pub fn plot(p: &Plot) -> MimeBundle {
+        let bundle = MimeBundle::text(plot::text::render(p));
+        match plot::svg::render(p) {
+            Some(svg) => bundle.with("image/svg+xml", svg),
+            None => bundle,
+        }
     }
 
     /// A tensor: numpy-style text, and an HTML table with its statistics

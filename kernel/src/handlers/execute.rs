@@ -5,6 +5,9 @@
 //! |---|---|
 //! | `Stdout`, `Stderr` | `stream` (batched briefly by the [outbox](crate::outbox)) |
 //! | `Display` | `display_data` |
+//! | `DisplayWithId` | `display_data` with the id in `transient`, or `update_display_data` |
+//! | `ClearOutput` | `clear_output` |
+//! | `Page` | a `page` payload in the reply (the notebook's pager) |
 //! | `Summary` (the cell's event summary) | `display_data`, metadata `{"neuronlab": {"kind": "summary"}}` |
 //! | `Result` | `execute_result` with the execution count |
 //! | `Error` | `error`, and the reply's error status |
@@ -16,8 +19,9 @@
 use std::sync::Arc;
 
 use jupyter_protocol::{
-    DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount,
-    JupyterMessage, Media, MediaType, ReplyError, ReplyStatus, Transient,
+    ClearOutput, DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteResult,
+    ExecutionCount, JupyterMessage, Media, MediaType, Payload, ReplyError, ReplyStatus, Transient,
+    UpdateDisplayData,
 };
 use neuronlab_runtime::session::{CellError, MimeBundle, Outcome, Output, Session};
 use serde_json::{json, Value};
@@ -72,12 +76,32 @@ pub fn execute(
     }
     let mut error: Option<CellError> = None;
     let mut result: Option<String> = None;
+    let mut payload = Vec::new();
     let outcome = session.execute_with(code, store_history, &mut |output| match output {
         Output::Stdout(text) => stream(outbox, request, Stream::Stdout, text),
         Output::Stderr(text) => stream(outbox, request, Stream::Stderr, text),
         Output::Display(bundle) => {
             send_iopub(outbox, request.child(display_data(&bundle, None)));
         }
+        Output::DisplayWithId { id, bundle, update } => {
+            let message = match update {
+                true => request.child(UpdateDisplayData::new(media(&bundle), &id)),
+                false => request.child(DisplayData {
+                    transient: Some(Transient {
+                        display_id: Some(id),
+                    }),
+                    ..display_data(&bundle, None)
+                }),
+            };
+            send_iopub(outbox, message);
+        }
+        Output::ClearOutput { wait } => {
+            send_iopub(outbox, request.child(ClearOutput { wait }));
+        }
+        Output::Page(bundle) => payload.push(Payload::Page {
+            data: media(&bundle),
+            start: 0,
+        }),
         Output::Summary(bundle) => {
             if !silent {
                 let kind = json!({"neuronlab": {"kind": "summary"}});
@@ -103,7 +127,7 @@ pub fn execute(
         Outcome::Ok => ExecuteReply {
             status: ReplyStatus::Ok,
             execution_count: execution_count(count),
-            payload: Vec::new(),
+            payload,
             user_expressions: Some(Default::default()),
             error: None,
         },

@@ -52,6 +52,11 @@ pub struct Renderer {
     /// Whether stdout / stderr last ended a line (or nothing was written yet).
     out_at_line_start: bool,
     err_at_line_start: bool,
+    /// Whether stdout is a terminal, where an update can redraw a display in place.
+    terminal_out: bool,
+    /// The display id shown last and its height in lines, while nothing has been written
+    /// after it (so an update of it can move up and redraw it).
+    last_display: Option<(String, usize)>,
 }
 
 impl Default for Renderer {
@@ -68,6 +73,8 @@ impl Renderer {
             colour_err: stderr_colour(),
             out_at_line_start: true,
             err_at_line_start: true,
+            terminal_out: std::io::stdout().is_terminal(),
+            last_display: None,
         }
     }
 
@@ -81,10 +88,25 @@ impl Renderer {
         match output {
             Output::Stdout(text) => self.out(&text),
             Output::Stderr(text) => self.err(&text),
-            Output::Display(bundle) => {
+            Output::Display(bundle) | Output::Page(bundle) => {
                 self.out_line_start();
                 self.out(&with_newline(bundle.plain()));
             }
+            Output::DisplayWithId { id, bundle, update } => {
+                self.out_line_start();
+                let text = with_newline(bundle.plain());
+                match self.last_display.take() {
+                    Some((last, lines)) if update && last == id && self.terminal_out => {
+                        // Up to the display's first line, and clear from there down.
+                        self.out(&format!("\x1b[{lines}A\x1b[J"));
+                    }
+                    _ => {}
+                }
+                self.out(&text);
+                self.last_display = Some((id, text.lines().count()));
+            }
+            // A terminal keeps what it printed; the next output simply follows.
+            Output::ClearOutput { .. } => {}
             Output::Result(bundle) => {
                 self.out_line_start();
                 let text = bundle.plain();
@@ -126,6 +148,7 @@ impl Renderer {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
         self.out_at_line_start = text.ends_with('\n');
+        self.last_display = None;
     }
 
     /// Writes `text` to stderr as it is.
@@ -139,6 +162,7 @@ impl Renderer {
         let _ = err.write_all(text.as_bytes());
         let _ = err.flush();
         self.err_at_line_start = text.ends_with('\n');
+        self.last_display = None;
     }
 
     fn out_line_start(&mut self) {

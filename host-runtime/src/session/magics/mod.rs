@@ -53,6 +53,13 @@ pub const MAGICS: &[Magic] = &[
         help: "Lists the magics, or explains one.",
     },
     Magic {
+        name: "doc",
+        kind: MagicKind::Line,
+        usage: "%doc NAME",
+        help: "The documentation of an op (schema, attributes, doc), a variable (type, shape, \
+               dtype, device, bytes) or a %magic, in the notebook's pager.",
+    },
+    Magic {
         name: "load",
         kind: MagicKind::Line,
         usage: "%load FILE.wasm|FILE.wat",
@@ -217,6 +224,7 @@ impl Session {
         }
         match (name, body) {
             ("help", _) => help(args, out),
+            ("doc", _) => views::doc(self, args, out),
             ("load", _) => match args {
                 "" => usage_error(out, name, "give the module's file"),
                 path => self.load_module_file(path, out),

@@ -19,6 +19,7 @@ use plotters::prelude::*;
 use super::timeline::{lay_out, rank, span, Ranked, Slice, OTHER, SYMBOLS};
 use crate::events::fmt::duration;
 use crate::events::Event;
+use crate::plot::svg::{tick, FONT, PALETTE};
 
 /// The drawing's width, pixels.
 pub const WIDTH: u32 = 760;
@@ -27,24 +28,12 @@ pub const MAX_BARS: usize = 400;
 /// Columns a busier lane is sampled at.
 pub const SAMPLES: usize = 600;
 
-/// The colours of the ranked ops (Tableau 10), in [`SYMBOLS`] order.
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(78, 121, 167),
-    RGBColor(242, 142, 43),
-    RGBColor(225, 87, 89),
-    RGBColor(118, 183, 178),
-    RGBColor(89, 161, 79),
-    RGBColor(237, 201, 72),
-    RGBColor(176, 122, 161),
-    RGBColor(255, 157, 167),
-];
 /// The colour of the ops beyond the legend.
 const OTHER_COLOR: RGBColor = RGBColor(186, 176, 172);
 
 /// The vertical lines at the ticks.
 const GRID: RGBColor = RGBColor(228, 228, 228);
 
-const FONT: &str = "sans-serif";
 const LEGEND_ROW: u32 = 18;
 const LEGEND_COLUMNS: usize = 2;
 
@@ -219,16 +208,6 @@ fn legend(ranked: &[Ranked]) -> Vec<(RGBColor, String)> {
         ));
     }
     entries
-}
-
-/// A tick of the µs axis: at most three decimals, without trailing zeros (`0`, `2.5`, `0.125`).
-fn tick(us: f64) -> String {
-    let text = format!("{us:.3}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    match text {
-        "-0" => "0".to_string(),
-        text => text.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,30 @@ pub const EVENT_KINDS: &[&str] = &[
 ];
 
 /// `%events [kind] [--last N]`: the last cell's events as a table.
+/// `%doc NAME`: what inspecting `NAME` shows (an op, a variable, a magic), as a page.
+pub fn doc(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let name = args.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return usage_error(out, "doc", "give one name: an op, a variable or a %magic");
+    }
+    match s.inspect(name, name.len()) {
+        Some(page) => {
+            out(Output::Page(page));
+            Outcome::Ok
+        }
+        None => fail(
+            out,
+            CellError::new(
+                "MagicError",
+                format!(
+                    "%doc: nothing is named `{name}`: not an op, a variable or a magic \
+                     (%vars lists the variables, %help the magics, `neuronlab ops` the ops)"
+                ),
+            ),
+        ),
+    }
+}
+
 pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     let (kind, last) = match event_filter(args) {
         Ok(filter) => filter,

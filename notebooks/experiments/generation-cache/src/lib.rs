@@ -13,7 +13,8 @@
 //! padded way compiles once and then runs from the cache. Run it with
 //! `NEURONLAB_LOGS=recompiles` to see each reason. Both ways give the same next-token
 //! features; the experiment prints each step's input shape, how many distinct step shapes
-//! each way has seen, and the largest difference between the two ways.
+//! each way has seen, and the largest difference between the two ways, and plots the
+//! compiles of each way per step (from `Compiled::stats`).
 
 use neuronlab::prelude::*;
 use neuronlab::println;
@@ -77,10 +78,12 @@ fn run() -> neuronlab::Result<()> {
     let mut growing = prompt.try_clone()?;
     let mut growing_shapes: Vec<Vec<i64>> = Vec::new();
     let mut growing_out = Vec::new();
+    let mut growing_compiles = Vec::new();
     for t in PROMPT..PROMPT + STEPS {
         let visible = ones_with(&[t], OnesOptions::new().dtype(DType::Bool))?;
         let select = one_hot(t, t - 1)?;
         let next = growing_step.call1(&[&growing, &visible, &select, &w.q, &w.k, &w.v, &w.out])?;
+        growing_compiles.push(growing_step.stats()?.compiles);
         if !growing_shapes.contains(&growing.shape()) {
             growing_shapes.push(growing.shape());
         }
@@ -94,10 +97,12 @@ fn run() -> neuronlab::Result<()> {
     let positions = arange_with(CACHE as f64, ArangeOptions::new().dtype(DType::I64))?;
     let mut padded_shapes: Vec<Vec<i64>> = Vec::new();
     let mut max_diff = 0.0f32;
+    let mut padded_compiles = Vec::new();
     for (i, t) in (PROMPT..PROMPT + STEPS).enumerate() {
         let visible = positions.lt(&full_with(&[], t as f64, FullOptions::new().dtype(DType::I64))?)?;
         let select = one_hot(CACHE, t - 1)?;
         let next = padded_step.call1(&[&cache, &visible, &select, &w.q, &w.k, &w.v, &w.out])?;
+        padded_compiles.push(padded_step.stats()?.compiles);
         if !padded_shapes.contains(&cache.shape()) {
             padded_shapes.push(cache.shape());
         }
@@ -114,6 +119,13 @@ fn run() -> neuronlab::Result<()> {
     println!("distinct step shapes: growing {}, padded {}", growing_shapes.len(), padded_shapes.len());
     println!("max |growing - padded| over {STEPS} steps = {max_diff:e}");
     println!("last token features (first 4): {:?}", &growing_out[growing_out.len() - 1][..4]);
+    let tokens: Vec<i64> = (PROMPT..PROMPT + STEPS).collect();
+    plot::line("Compiles of the decode step, so far, per generated token")
+        .x_axis("tokens in the context", "")
+        .y_axis("compiles so far", "")
+        .series_xy("growing input", &tokens, &growing_compiles)
+        .series_xy("padded cache", &tokens, &padded_compiles)
+        .show()?;
     Ok(())
 }
 
