@@ -224,8 +224,8 @@ impl Runtime {
             attrs: &resolved,
         };
         let out_metas = (def.infer)(&meta_args).map_err(op_err)?;
-        let start_us = self.bus.now_us();
         let started = Instant::now();
+        let start_us = self.bus.us_at(started);
         let outputs = match def.exec {
             Exec::View(view) => {
                 let input = inputs[0];

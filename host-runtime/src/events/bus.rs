@@ -77,7 +77,13 @@ impl EventBus {
 
     /// Microseconds since the bus was created: the clock of every event's `ts_us`.
     pub fn now_us(&self) -> f64 {
-        self.epoch.elapsed().as_secs_f64() * 1e6
+        self.us_at(Instant::now())
+    }
+
+    /// The bus clock at `instant`, which a caller that also times something with it has read
+    /// already (a clock read costs tens of nanoseconds on every op's path).
+    pub fn us_at(&self, instant: Instant) -> f64 {
+        instant.saturating_duration_since(self.epoch).as_secs_f64() * 1e6
     }
 
     /// Publishes an event that happens now. Returns its `seq`.
