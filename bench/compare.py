@@ -318,13 +318,16 @@ def main() -> None:
         sys.exit("--rounds must be at least 1")
 
     cast_dtype, cast_how = cast_target()
-    table = [r for r in rows_table(cast_dtype) if args.filter is None or args.filter in r.case]
-    if not table:
+    every_row = rows_table(cast_dtype)
+    chosen = [args.filter is None or args.filter in r.case for r in every_row]
+    if not any(chosen):
         sys.exit(f"no case matches --filter {args.filter!r}")
-    # Measure each case once per round; siblings the ratios need are measured too.
-    cases = list(dict.fromkeys(
-        [r.case for r in table] + [r.sibling for r in table if r.sibling is not None]))
-    numpy_of = {r.case: r for r in rows_table(cast_dtype) if r.numpy is not None}
+    # The siblings the ratios need are measured and shown too.
+    siblings = {r.sibling for r, c in zip(every_row, chosen) if c and r.sibling is not None}
+    table = [r for r, c in zip(every_row, chosen)
+             if c or (r.case in siblings and r.judge in ("numpy", "latency"))]
+    cases = list(dict.fromkeys(r.case for r in table))
+    numpy_of = {r.case: r for r in table if r.numpy is not None}
     ours: dict[str, list[float]] = {c: [] for c in cases}
     theirs: dict[str, list[float]] = {c: [] for c in cases}
     rates: dict[str, str] = {}
