@@ -238,6 +238,14 @@ def fmt_time(s: float | None) -> str:
     return f"{s:.3g} s"
 
 
+def rate(work: tuple[str, float] | None, seconds: float) -> str:
+    """Throughput of one call taking `seconds`, in the unit of its kind of work."""
+    if work is None:
+        return ""
+    unit, amount = work
+    return f"{amount / seconds / 1e9:.{1 if unit == 'GFLOP/s' else 2}f} {unit}"
+
+
 def blas_info() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -276,6 +284,13 @@ def cpu_flags() -> str:
     except OSError:
         pass
     return "unknown"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def copy_bandwidth() -> float:
@@ -330,7 +345,8 @@ def main() -> None:
     numpy_of = {r.case: r for r in table if r.numpy is not None}
     ours: dict[str, list[float]] = {c: [] for c in cases}
     theirs: dict[str, list[float]] = {c: [] for c in cases}
-    rates: dict[str, str] = {}
+    # Each case's work per call, from its JSON entry: ("GFLOP/s", flop) or ("GB/s", bytes).
+    work: dict[str, tuple[str, float]] = {}
 
     version = subprocess.run([str(args.binary), "--version"], capture_output=True,
                              text=True).stdout.strip()
@@ -341,10 +357,10 @@ def main() -> None:
         for case in cases:
             entry = neuronlab_case(args.binary, case)
             ours[case].append(entry["median_s"])
-            if "gflop_per_s" in entry:
-                rates[case] = f"{entry['gflop_per_s']:.1f} GFLOP/s"
-            elif "gb_per_s" in entry:
-                rates[case] = f"{entry['gb_per_s']:.2f} GB/s"
+            if "flop" in entry:
+                work[case] = ("GFLOP/s", entry["flop"])
+            elif "bytes" in entry:
+                work[case] = ("GB/s", entry["bytes"])
             msg = f"[round {rnd}/{args.rounds}] {case}: neuronlab {fmt_time(entry['median_s'])}"
             if case in numpy_of:
                 row = numpy_of[case]
@@ -361,10 +377,13 @@ def main() -> None:
     print("neuronlab vs numpy (bench/compare.py)")
     print(f"  commit: {git_commit()}; {version}")
     print(f"  CPU: {cpu_model()}, {os.cpu_count()} logical cores "
-          f"({len(os.sched_getaffinity(0))} usable); flags: {cpu_flags()}")
+          f"({usable_cores()} usable); flags: {cpu_flags()}")
     print(f"  numpy {np.__version__}, BLAS: {blas_info()}; python {platform.python_version()}")
     print(f"  load average (1 min) before and after the run: {load_before:.2f}, {load_after:.2f} "
           "(other work on the machine shows here)")
+    if max(load_before, load_after) > os.cpu_count():
+        print("  WARNING: the machine was busy during the run; multi-threaded code (numpy's BLAS, "
+              "our matmul) suffers most. Re-run on an idle machine.")
     print(f"  memory copy, numpy one thread, 64 MiB: {copy_gbps:.1f} GB/s (read + write)")
     print(f"  numpy side of the cast: {cast_how}; of the dispatch rows: np.add on two 0-d f32 "
           "arrays, per call")
@@ -396,11 +415,11 @@ def main() -> None:
             if r.judge == "latency":
                 target = f"{op} {fmt_time(bound)}"
             elif r.judge == "f32":
-                target = f"{op} {bound:g} (vs f32)"
+                target = f"{op} {bound:.1f} (vs f32)"
             elif r.judge == "eager":
-                target = f"{op} {bound:g}x"
+                target = f"{op} {bound:.1f}x"
             else:
-                target = f"{op} {bound:g}"
+                target = f"{op} {bound:.1f}"
         cells = (
             r.label or r.case,
             fmt_time(ours_s) if r.judge != "eager" else "-",
@@ -408,7 +427,7 @@ def main() -> None:
             f"{ratio:.2f}" if ratio is not None else "-",
             target,
             met,
-            rates.get(r.case, "") if r.judge != "eager" else "",
+            rate(work.get(r.case), ours_s) if r.judge != "eager" else "",
         )
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
 
