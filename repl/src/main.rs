@@ -116,11 +116,22 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Prints measured figures: guest calls, module loads, compile, all_reduce (use a release build).
+    /// Measures the suite and prints each case's median: matmul, elementwise ops, casts,
+    /// reductions and norms, eager vs compiled, dispatch from a guest and the host, the
+    /// compiled-function cache hit, module loads (use a release build).
+    ///
+    /// Each case warms up once, then repeats (more often the cheaper it is) and reports the
+    /// median. Progress goes to stderr. The collectives (all_reduce vs memcpy) and session
+    /// (cell latency) tables are slower and run only when --filter names them: `--filter
+    /// collectives`, `--filter session`.
     Bench {
-        /// Only cases whose name contains this.
+        /// Only cases whose id contains this (`matmul_f32`, `softmax`, `dispatch`, ...).
         #[arg(long)]
         filter: Option<String>,
+        /// Print one JSON document on stdout (each case's id, description, median seconds,
+        /// repetitions, and GFLOP/s or GB/s) and nothing else there; bench/compare.py reads it.
+        #[arg(long)]
+        json: bool,
     },
     /// Lists the op registry, or shows one op.
     Ops {
@@ -178,7 +189,7 @@ fn main() -> ExitCode {
         }
         Command::Build { crate_dir, output } => build(&crate_dir, output.as_deref()).map(|_| ()),
         Command::Prebuilt { dir, sdk, check } => prebuilt(&dir, &sdk, check),
-        Command::Bench { filter } => bench::run(filter.as_deref()),
+        Command::Bench { filter, json } => bench::run(filter.as_deref(), json),
         Command::Ops { name, json } => ops(name.as_deref(), json),
         Command::Devices { instance, lnc } => devices(instance.as_deref(), lnc),
     };

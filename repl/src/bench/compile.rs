@@ -2,6 +2,8 @@
 //! softmax and layer_norm written out as primitive ops on 4096 x 1024; the host compile time of
 //! each graph; and the overhead of a compiled-function cache hit for a 10-op graph.
 
+use std::sync::Arc;
+
 use neuronlab_runtime::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use neuronlab_runtime::compile::guards::Signature;
 use neuronlab_runtime::compile::program::optimize;
@@ -12,19 +14,19 @@ use neuronlab_runtime::ops::{Attrs, Registry};
 use neuronlab_runtime::tensor::TensorMeta;
 use neuronlab_runtime::{DType, Runtime, Tensor};
 
-use super::{time, Figure};
+use super::{measure, Case, Sample, Work, DISPATCH_CALLS};
 
 /// One step of a written-out computation: op, operands (indices into the values so far), attrs.
 type Step = (&'static str, Vec<usize>, Attrs);
 
-/// Builds the graph of `steps` over `inputs` and runs the same steps eagerly; returns both.
-struct Case {
-    name: &'static str,
+/// A computation written out as primitive ops over its inputs, which can run eagerly (one op
+/// call per step) or become a graph to compile.
+struct WrittenOut {
     inputs: Vec<Tensor>,
     steps: Vec<Step>,
 }
 
-impl Case {
+impl WrittenOut {
     fn graph(&self) -> Result<Graph, String> {
         let mut g = Graph::new();
         let mut values: Vec<ValueId> = self.inputs.iter().map(|t| g.input(t.meta())).collect();
@@ -70,154 +72,232 @@ fn randn(rt: &Runtime, shape: &[i64], seed: i64) -> Result<Tensor, String> {
     .map_err(|e| e.to_string())
 }
 
-fn cases(rt: &Runtime) -> Result<Vec<Case>, String> {
-    let none = Attrs::new;
-    let last = || Attrs::new().with("dims", vec![-1i64]).with("keepdim", 1);
-    Ok(vec![
-        Case {
-            name: "8-op elementwise chain, 4M f32",
-            inputs: vec![
-                randn(rt, &[4 << 20], 1)?,
-                randn(rt, &[4 << 20], 2)?,
-                scalar(rt, 0.5)?,
-            ],
-            // x*0.5 + y -> gelu -> -x -> exp -> *y -> tanh -> +x
-            steps: vec![
-                ("mul", vec![0, 2], none()),
-                ("add", vec![3, 1], none()),
-                ("gelu", vec![4], Attrs::new().with("approximate", "tanh")),
-                ("sub", vec![5, 0], none()),
-                ("exp", vec![6], none()),
-                ("mul", vec![7, 1], none()),
-                ("tanh", vec![8], none()),
-                ("add", vec![9, 0], none()),
-            ],
-        },
-        Case {
-            name: "softmax as primitive ops, 4096x1024 f32",
-            inputs: vec![randn(rt, &[4096, 1024], 3)?],
-            // exp(x - max) / sum(exp(x - max))
-            steps: vec![
-                ("max", vec![0], last()),
-                ("sub", vec![0, 1], none()),
-                ("exp", vec![2], none()),
-                ("sum", vec![3], last()),
-                ("div", vec![3, 4], none()),
-            ],
-        },
-        Case {
-            name: "layer_norm as primitive ops, 4096x1024 f32",
-            inputs: vec![randn(rt, &[4096, 1024], 4)?, scalar(rt, 1e-5)?],
-            // (x - mean) * rsqrt(mean((x - mean)^2) + eps)
-            steps: vec![
-                ("mean", vec![0], last()),
-                ("sub", vec![0, 2], none()),
-                ("square", vec![3], none()),
-                ("mean", vec![4], last()),
-                ("add", vec![5, 1], none()),
-                ("rsqrt", vec![6], none()),
-                ("mul", vec![3, 7], none()),
-            ],
-        },
-    ])
+fn last_dim() -> Attrs {
+    Attrs::new().with("dims", vec![-1i64]).with("keepdim", 1)
 }
 
-/// Eager and compiled times, their ratio, and each graph's host compile time.
-pub fn eager_vs_compiled(rt: &Runtime) -> Result<Vec<Figure>, String> {
+/// x*0.5 + y -> gelu -> -x -> exp -> *y -> tanh -> +x on 4M f32 (bench/compare.py writes the
+/// same chain in numpy).
+fn chain8(rt: &Runtime) -> Result<WrittenOut, String> {
+    let none = Attrs::new;
+    Ok(WrittenOut {
+        inputs: vec![
+            randn(rt, &[4 << 20], 1)?,
+            randn(rt, &[4 << 20], 2)?,
+            scalar(rt, 0.5)?,
+        ],
+        steps: vec![
+            ("mul", vec![0, 2], none()),
+            ("add", vec![3, 1], none()),
+            ("gelu", vec![4], Attrs::new().with("approximate", "tanh")),
+            ("sub", vec![5, 0], none()),
+            ("exp", vec![6], none()),
+            ("mul", vec![7, 1], none()),
+            ("tanh", vec![8], none()),
+            ("add", vec![9, 0], none()),
+        ],
+    })
+}
+
+/// exp(x - max) / sum(exp(x - max)) over the last dim of 4096 x 1024.
+fn softmax_prims(rt: &Runtime) -> Result<WrittenOut, String> {
+    let none = Attrs::new;
+    Ok(WrittenOut {
+        inputs: vec![randn(rt, &[4096, 1024], 3)?],
+        steps: vec![
+            ("max", vec![0], last_dim()),
+            ("sub", vec![0, 1], none()),
+            ("exp", vec![2], none()),
+            ("sum", vec![3], last_dim()),
+            ("div", vec![3, 4], none()),
+        ],
+    })
+}
+
+/// (x - mean) * rsqrt(mean((x - mean)^2) + eps) over the last dim of 4096 x 1024.
+fn layer_norm_prims(rt: &Runtime) -> Result<WrittenOut, String> {
+    let none = Attrs::new;
+    Ok(WrittenOut {
+        inputs: vec![randn(rt, &[4096, 1024], 4)?, scalar(rt, 1e-5)?],
+        steps: vec![
+            ("mean", vec![0], last_dim()),
+            ("sub", vec![0, 2], none()),
+            ("square", vec![3], none()),
+            ("mean", vec![4], last_dim()),
+            ("add", vec![5, 1], none()),
+            ("rsqrt", vec![6], none()),
+            ("mul", vec![3, 7], none()),
+        ],
+    })
+}
+
+/// One written-out computation as the cases see it.
+struct Computation {
+    /// The cases' id stem: `<id>_eager`, `<id>_compiled`, `<id>_host_compile`.
+    id: &'static str,
+    what: &'static str,
+    /// Bytes an ideal kernel moves: each input read once, the result written once.
+    bytes: f64,
+    group: &'static str,
+    build: fn(&Runtime) -> Result<WrittenOut, String>,
+}
+
+/// 4M f32, in bytes.
+const MIB16: f64 = 4.0 * (4 << 20) as f64;
+
+const COMPUTATIONS: [Computation; 3] = [
+    Computation {
+        id: "chain8_f32_4m",
+        what: "8-op elementwise chain on 4M f32 (x*0.5 + y -> gelu(tanh) -> -x -> exp -> *y -> \
+               tanh -> +x)",
+        bytes: 3.0 * MIB16,
+        group: "compile",
+        build: chain8,
+    },
+    Computation {
+        id: "softmax_prims_f32_4096x1024",
+        what: "softmax over the last dim of [4096, 1024] f32 written as 5 primitive ops",
+        bytes: 2.0 * MIB16,
+        group: "extra",
+        build: softmax_prims,
+    },
+    Computation {
+        id: "layer_norm_prims_f32_4096x1024",
+        what: "layer_norm (no weight) over the last dim of [4096, 1024] f32 written as 7 \
+               primitive ops",
+        bytes: 2.0 * MIB16,
+        group: "extra",
+        build: layer_norm_prims,
+    },
+];
+
+/// Eager, compiled, and host compile time of each computation, as separate cases.
+pub fn cases() -> Vec<Case> {
     let mut out = Vec::new();
-    for case in cases(rt)? {
-        let graph = case.graph()?;
-        let (program, report) = optimize(&graph).map_err(|e| e.to_string())?;
-        let compile_ms = time(5, || {
-            optimize(&graph).expect("the graph optimizes");
-        }) * 1e3;
-        let refs: Vec<&Tensor> = case.inputs.iter().collect();
-        let eager = time(5, || {
-            case.eager(rt);
-            rt.bus().clear();
-        });
-        let compiled = time(5, || {
-            program.run(rt, CoreId(0), &refs).expect("the program runs");
-            rt.bus().clear();
-        });
-        let kernels = report.kernels.len();
-        out.push(Figure::new(
-            format!("{}: eager ({} ops)", case.name, case.steps.len()),
-            eager * 1e3,
-            "ms",
+    for c in COMPUTATIONS {
+        let (build, bytes) = (c.build, c.bytes);
+        out.push(Case::new(
+            format!("{}_eager", c.id),
+            format!("{}: eager, one op call per step", c.what),
+            c.group,
+            move |rt: &Arc<Runtime>| {
+                let written = build(rt)?;
+                let timing = measure(
+                    || {
+                        written.eager(rt);
+                    },
+                    || rt.bus().clear(),
+                );
+                Ok(Sample::new(timing, Work::Bytes(bytes))
+                    .with_note(format!("{} ops", written.steps.len())))
+            },
         ));
-        out.push(Figure::new(
-            format!("{}: compiled ({kernels} kernel(s))", case.name),
-            compiled * 1e3,
-            "ms",
+        out.push(Case::new(
+            format!("{}_compiled", c.id),
+            format!("{}: compiled (the optimized, fused program)", c.what),
+            c.group,
+            move |rt: &Arc<Runtime>| {
+                let written = build(rt)?;
+                let (program, report) = optimize(&written.graph()?).map_err(|e| e.to_string())?;
+                let refs: Vec<&Tensor> = written.inputs.iter().collect();
+                let timing = measure(
+                    || {
+                        program.run(rt, CoreId(0), &refs).expect("the program runs");
+                    },
+                    || rt.bus().clear(),
+                );
+                Ok(Sample::new(timing, Work::Bytes(bytes))
+                    .with_note(format!("{} kernel(s)", report.kernels.len())))
+            },
         ));
-        out.push(Figure::new(
-            format!("{}: eager / compiled", case.name),
-            eager / compiled,
-            "x",
-        ));
-        out.push(Figure::new(
-            format!("{}: host compile time", case.name),
-            compile_ms,
-            "ms",
+        out.push(Case::new(
+            format!("{}_host_compile", c.id),
+            format!("{}: host compile time of the graph (optimize)", c.what),
+            "extra",
+            move |rt: &Arc<Runtime>| {
+                let graph = build(rt)?.graph()?;
+                let timing = measure(
+                    || {
+                        optimize(&graph).expect("the graph optimizes");
+                    },
+                    || {},
+                );
+                Ok(Sample::new(timing, Work::None))
+            },
         ));
     }
-    Ok(out)
+    out
 }
+
+/// The unary ops of the cache-hit graph, each applied to the previous result.
+const CACHE_HIT_OPS: [&str; 10] = [
+    "exp", "tanh", "sigmoid", "neg", "abs", "sqrt", "relu", "sin", "cos", "silu",
+];
 
 /// The host cost of a compiled-function call that hits its cache: signature, lookup, and
 /// running a 10-op program on one-element tensors (so the kernels themselves cost little).
-pub fn cache_hit(rt: &Runtime) -> Result<Figure, String> {
+fn cache_hit(rt: &Arc<Runtime>) -> Result<Sample, String> {
     let x = randn(rt, &[1], 5)?;
-    let steps: Vec<Step> = [
-        "exp", "tanh", "sigmoid", "neg", "abs", "sqrt", "relu", "sin", "cos", "silu",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, op)| (*op, vec![i], Attrs::new()))
-    .collect();
-    let case = Case {
-        name: "10-op graph",
+    let written = WrittenOut {
         inputs: vec![x.clone()],
-        steps,
+        steps: CACHE_HIT_OPS
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (*op, vec![i], Attrs::new()))
+            .collect(),
     };
-    let graph = case.graph()?;
-    let (program, report) = optimize(&graph).map_err(|e| e.to_string())?;
+    let (program, report) = optimize(&written.graph()?).map_err(|e| e.to_string())?;
     let signature = Signature {
         inputs: vec![TensorMeta::new(vec![1], DType::F32)],
     };
-    let mut f = CompiledFunction::new(case.name, 0, CompileOptions::default());
+    let mut f = CompiledFunction::new("10-op graph", 0, CompileOptions::default());
     f.add(
         Entry {
-            signature: signature.clone(),
-            compiled: std::sync::Arc::new(CachedProgram { program, report }),
+            signature,
+            compiled: Arc::new(CachedProgram { program, report }),
             captured: Vec::new(),
         },
         false,
     );
-    const N: usize = 20_000;
-    let secs = time(5, || {
-        for _ in 0..N {
-            let sig = Signature {
-                inputs: vec![x.meta()],
-            };
-            let Plan::Hit(entry) = f.plan(&sig) else {
-                panic!("the signature is cached")
-            };
-            entry
-                .compiled
-                .program
-                .run(rt, CoreId(0), &[&x])
-                .expect("the program runs");
-        }
-        rt.bus().clear();
-    });
-    Ok(Figure::new(
+    if !matches!(
+        f.plan(&Signature {
+            inputs: vec![x.meta()]
+        }),
+        Plan::Hit(_)
+    ) {
+        return Err("the signature just added is not a cache hit".into());
+    }
+    let timing = measure(
+        || {
+            for _ in 0..DISPATCH_CALLS {
+                let sig = Signature {
+                    inputs: vec![x.meta()],
+                };
+                let Plan::Hit(entry) = f.plan(&sig) else {
+                    unreachable!("the signature was a hit before timing")
+                };
+                entry
+                    .compiled
+                    .program
+                    .run(rt, CoreId(0), &[&x])
+                    .expect("the program runs");
+            }
+        },
+        || rt.bus().clear(),
+    );
+    Ok(Sample::per_call(timing, DISPATCH_CALLS))
+}
+
+/// The cache-hit case.
+pub fn cache_hit_case() -> Case {
+    Case::new(
+        "cache_hit_10op",
         format!(
-            "compiled-function cache hit, {}-op graph, 1-element input",
-            case.steps.len()
+            "compiled-function cache hit: signature, lookup and run of a {}-op graph on a \
+             1-element f32 input, per call ({DISPATCH_CALLS} calls per run)",
+            CACHE_HIT_OPS.len()
         ),
-        secs / N as f64 * 1e9,
-        "ns/call",
-    ))
+        "dispatch",
+        cache_hit,
+    )
 }
