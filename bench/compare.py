@@ -15,8 +15,11 @@ layer_norm and rms_norm over the last dim and the 8-op chain written as numpy ex
 the f32 -> bf16 cast with ml_dtypes (f32 -> f16 when ml_dtypes is missing, said in the output).
 
 A benchmark, not a test:  cargo build --release -p neuronlab-repl
+                          pip install -r bench/requirements.txt
                           python3 bench/compare.py [--binary PATH] [--rounds 3] [--filter S]
-Progress goes to stderr, the machine and the table to stdout.
+Progress goes to stderr, the machine and the table to stdout. Run it on an idle machine: other
+work slows multi-threaded code most (a BLAS call waits until its second thread is scheduled),
+and the output prints the load average before and after.
 """
 
 from __future__ import annotations
