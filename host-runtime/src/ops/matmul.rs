@@ -269,16 +269,18 @@ impl FloatOperands {
                 col: o.cs,
             }
         }
-        let rows: usize = jobs.iter().map(|j| j.rows).sum();
-        let mut out = vec![D::ZERO; rows * self.n];
+        let len = jobs.iter().map(|j| j.rows).sum::<usize>() * self.n;
+        let mut out = Vec::with_capacity(len);
         gemm_avx512::gemm(
             matrix::<S>(&self.x, &self.a),
             matrix::<S>(&self.y, &self.b),
             (self.n, self.k),
             jobs,
-            &mut out,
+            &mut out.spare_capacity_mut()[..len],
             parallel,
         )?;
+        // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
+        unsafe { out.set_len(len) };
         Ok(out)
     }
 

@@ -2,6 +2,7 @@
 //! work between threads.
 
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -28,7 +29,7 @@ const SMALL_PRODUCT_MACS: usize = 1 << 22;
 /// Computes every job's rows of `a` times its `b` into `out`: the jobs' results one after the
 /// other, each `rows x n` and dense. `a` is `rows x k` and `b` is `k x n` per job; their
 /// `offset`s are ignored in favour of the jobs'. With `parallel`, the work is spread over
-/// rayon's threads.
+/// rayon's threads. `out` may start uninitialized: on success every value has been written.
 ///
 /// Errors when the CPU lacks AVX-512F or an operand does not cover its jobs (a caller's bug).
 pub(crate) fn gemm<S: Elem, D: Elem>(
@@ -36,7 +37,7 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
     b: MatRef<S>,
     (n, k): (usize, usize),
     jobs: &[Job],
-    out: &mut [D],
+    out: &mut [MaybeUninit<D>],
     parallel: bool,
 ) -> Result<(), String> {
     if !available() {
@@ -62,20 +63,20 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
         return Ok(());
     }
     if k == 0 {
-        out.fill(D::ZERO);
+        for value in out {
+            value.write(D::ZERO);
+        }
         return Ok(());
     }
-    // bf16 and f16 outputs keep f32 partial sums between k blocks; f32 outputs keep them in place.
-    let mut scratch = if !D::IS_F32 && k > KC {
-        vec![0.0f32; out.len()]
-    } else {
-        Vec::new()
-    };
-    let out_ptr = out.as_mut_ptr();
+    // bf16 and f16 outputs keep f32 partial sums between k blocks; f32 outputs keep them in
+    // place. The first k block writes every partial sum before any is read, so neither needs
+    // initializing.
+    let mut scratch = Vec::<f32>::with_capacity(if !D::IS_F32 && k > KC { out.len() } else { 0 });
+    let out_ptr = out.as_mut_ptr().cast::<D>();
     let partial = if D::IS_F32 {
         out_ptr.cast::<f32>()
     } else {
-        scratch.as_mut_ptr()
+        scratch.spare_capacity_mut().as_mut_ptr().cast::<f32>()
     };
     let threads = if parallel {
         rayon::current_num_threads()
@@ -96,7 +97,7 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
         // SAFETY: the CPU has AVX-512F (checked above); every job's operands were checked to
         // cover it; `out` (and `scratch`, when used) hold every job's rows x n values, and the
         // tasks from `split` cover disjoint rectangles of them, so no two tasks write the same
-        // element.
+        // element, and together all of them, so every output value is written.
         unsafe { shared.run(task) }
     };
     if tasks.len() == 1 {

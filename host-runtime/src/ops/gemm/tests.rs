@@ -10,6 +10,7 @@
 //! Every test runs the AVX-512 path; on a CPU without AVX-512F it prints that it is skipped and
 //! returns.
 
+use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -45,6 +46,29 @@ impl Rng {
     fn uniform(&mut self) -> f32 {
         ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
+}
+
+/// [`gemm`] into a fresh output, as `matmul` calls it.
+fn run<S: Elem, D: Elem>(
+    a: MatRef<S>,
+    b: MatRef<S>,
+    (n, k): (usize, usize),
+    jobs: &[Job],
+    parallel: bool,
+) -> Result<Vec<D>, String> {
+    let len = jobs.iter().map(|j| j.rows).sum::<usize>() * n;
+    let mut out = Vec::with_capacity(len);
+    gemm(
+        a,
+        b,
+        (n, k),
+        jobs,
+        &mut out.spare_capacity_mut()[..len],
+        parallel,
+    )?;
+    // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
+    unsafe { out.set_len(len) };
+    Ok(out)
 }
 
 fn skip() -> bool {
@@ -199,9 +223,7 @@ impl Case {
                 r += rows;
             }
         }
-        let total: usize = jobs.iter().map(|j| j.rows).sum();
-        let mut out = vec![D::default(); total * n];
-        gemm(a, b, (n, k), &jobs, &mut out, self.parallel).expect("valid operands");
+        let out: Vec<D> = run(a, b, (n, k), &jobs, self.parallel).expect("valid operands");
 
         let mut at = 0;
         for (job, &(ao, bo, r0)) in jobs.iter().zip(&job_rows) {
@@ -348,16 +370,15 @@ fn empty_products_and_k_zero() {
         b_offset: 0,
         rows,
     };
-    let mut out = [bf16::from_f32(5.0); 6];
-    gemm(view, view, (3, 0), &[job(2)], &mut out, true).expect("k = 0");
-    assert!(out.iter().all(|v| v.to_f32() == 0.0));
-    let mut none: [f32; 0] = [];
-    gemm(view, view, (0, 3), &[job(2)], &mut none, true).expect("n = 0");
-    gemm(view, view, (3, 3), &[job(0)], &mut none, true).expect("m = 0");
+    let zeros: Vec<bf16> = run(view, view, (3, 0), &[job(2)], true).expect("k = 0");
+    assert!(zeros.len() == 6 && zeros.iter().all(|v| v.to_f32() == 0.0));
+    let none: Vec<f32> = run(view, view, (0, 3), &[job(2)], true).expect("n = 0");
+    assert!(none.is_empty());
+    let none: Vec<f32> = run(view, view, (3, 3), &[job(0)], true).expect("m = 0");
+    assert!(none.is_empty());
     // An operand that does not cover the product is an error, not a read out of bounds.
-    let mut out = [0.0f32; 9];
-    assert!(gemm(view, view, (3, 3), &[job(3)], &mut out, true).is_err());
-    let mut short = [0.0f32; 8];
+    assert!(run::<f32, f32>(view, view, (3, 3), &[job(3)], true).is_err());
+    let mut short = [MaybeUninit::<f32>::uninit(); 3];
     assert!(gemm(view, view, (2, 2), &[job(2)], &mut short, true).is_err());
 }
 
@@ -445,11 +466,10 @@ fn a_set_cancel_token_stops_the_product() {
         b_offset: 0,
         rows: 256,
     }];
-    let mut out = vec![0.0f32; 256 * 256];
     let cancelled = Arc::new(AtomicBool::new(true));
     let result = catch_unwind(AssertUnwindSafe(|| {
         with_token(cancelled, || {
-            gemm(view, view, (256, 256), &jobs, &mut out, true)
+            run::<f32, f32>(view, view, (256, 256), &jobs, true)
         })
     }));
     let payload = result.expect_err("a set token unwinds");
