@@ -650,10 +650,12 @@ impl Fused {
                 let (rows, n) = (bands.rows(), bands.row_len());
                 let band =
                     (block_positions(epilogue.bytes_per_position) / n.max(1)).max(MIN_BAND_ROWS);
-                // Bands run in parallel; a single band lets gemm use the threads instead.
+                // Bands run in parallel; a single band lets the matmul kernel use the threads instead.
                 let single = rows <= band;
                 run_blocks(rows, band, rows * n, &specs(&|_| n), |r0, r1, out| {
-                    let y = bands.compute(r0, r1, single);
+                    let y = bands
+                        .compute(r0, r1, single)
+                        .map_err(|message| op_error(def, metas, message))?;
                     let values = epilogue.eval(&sources, Some(&y), r0 * n, (r1 - r0) * n)?;
                     for (j, value) in values.iter().enumerate() {
                         out.put(j, value);

@@ -1,11 +1,15 @@
 //! Matrix products with numpy's `matmul` semantics: 1-D operands are promoted and the added dim
-//! removed, batch dims broadcast. f32 and f64 go through `gemm`; bf16 and f16 are computed in
+//! removed, batch dims broadcast. f32, bf16 and f16 run on our own AVX-512 GEMM (`super::gemm`)
+//! where the CPU has it, else on the `gemm` crate, as f64 does; bf16 and f16 are computed in
 //! f32 and rounded once, as PyTorch does on CPU; integers accumulate exactly in i64.
 
 use gemm::{gemm, Parallelism};
 
 use crate::cancel::Token;
 use rayon::prelude::*;
+
+use super::gemm as gemm_avx512;
+use super::gemm::Job;
 
 use super::common::{as_dtype, broadcast_strides, dense, io_bytes, IN_AB};
 use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
@@ -164,51 +168,180 @@ fn gemm_ready(t: &Tensor) -> Tensor {
     }
 }
 
-fn gemm_batched<T: Element + Default + 'static>(x: &Tensor, y: &Tensor, p: &Plan) -> Vec<T> {
-    let (a, b) = (
-        operand(x, &p.batch_shape, true),
-        operand(y, &p.batch_shape, false),
-    );
-    let (da, db) = (x.data::<T>(), y.data::<T>());
-    let size = p.m * p.n;
-    let mut out = vec![T::default(); a.offsets.len() * size];
-    if size == 0 {
-        return out;
-    }
-    let flops = p.m * p.n * p.k;
-    // Many small products: one task per product. Few large ones: let gemm split each product.
-    let per_batch = a.offsets.len() > 1 && flops < (1 << 21);
-    let parallelism = if per_batch {
-        Parallelism::None
-    } else {
-        Parallelism::Rayon(0)
-    };
-    let token = Token::current();
-    let run = |i: usize, dst: &mut [T]| {
-        token.check();
-        let (oa, ob) = (a.offsets[i], b.offsets[i]);
-        // SAFETY: `dst` holds m*n elements; the operands' offsets and strides come from their
-        // validated layouts, so every read stays in `da` and `db`.
-        unsafe {
-            gemm_rows(
-                (p.m, p.n, p.k),
-                dst,
-                (da, oa, &a),
-                (db, ob, &b),
-                parallelism,
+/// The operands of a float matmul, converted (only where needed) for the kernel that runs it.
+///
+/// With AVX-512, our own GEMM reads f32, bf16 and f16 operands as they are and widens them
+/// while packing; operands of two different dtypes are converted to f32 first. Otherwise
+/// `gemm` runs in the compute type (f32 for bf16 and f16) on dense-enough copies. Either way
+/// sums are f32 (f64 for f64) and bf16 and f16 outputs are rounded once, as PyTorch does on CPU.
+struct FloatOperands {
+    x: Tensor,
+    y: Tensor,
+    a: Operand,
+    b: Operand,
+    n: usize,
+    k: usize,
+    out: DType,
+    avx512: bool,
+}
+
+impl FloatOperands {
+    fn new(x: &Tensor, y: &Tensor, p: &Plan, out: DType) -> Result<FloatOperands, String> {
+        let avx512 =
+            matches!(out, DType::F32 | DType::Bf16 | DType::F16) && gemm_avx512::available();
+        let (x, y) = if avx512 {
+            let read = if x.dtype() == y.dtype() {
+                x.dtype()
+            } else {
+                DType::F32
+            };
+            let read = match read {
+                DType::F32 | DType::Bf16 | DType::F16 => read,
+                _ => DType::F32,
+            };
+            (as_dtype(x, read), as_dtype(y, read))
+        } else {
+            let compute = match out {
+                DType::Bf16 | DType::F16 | DType::F32 => DType::F32,
+                DType::F64 => DType::F64,
+                other => return Err(format!("float matmul needs a float output, got {other}")),
+            };
+            (
+                gemm_ready(&as_dtype(x, compute)),
+                gemm_ready(&as_dtype(y, compute)),
             )
-        }
-    };
-    if per_batch {
-        out.par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, dst)| run(i, dst));
-    } else {
-        out.chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, dst)| run(i, dst));
+        };
+        Ok(FloatOperands {
+            a: operand(&x, &p.batch_shape, true),
+            b: operand(&y, &p.batch_shape, false),
+            x,
+            y,
+            n: p.n,
+            k: p.k,
+            out,
+            avx512,
+        })
     }
-    out
+
+    /// The jobs' rows of the product, one job after the other, in the output dtype. `parallel`
+    /// spreads the work over rayon's threads.
+    fn compute(&self, jobs: &[Job], parallel: bool) -> Result<Buffer, String> {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            return self.avx512(jobs, parallel);
+        }
+        Ok(match self.out {
+            DType::F64 => Buffer::F64(self.with_gemm::<f64>(jobs, parallel)),
+            DType::Bf16 => Buffer::Bf16(round_from_f32(self.with_gemm(jobs, parallel))),
+            DType::F16 => Buffer::F16(round_from_f32(self.with_gemm(jobs, parallel))),
+            _ => Buffer::F32(self.with_gemm::<f32>(jobs, parallel)),
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn avx512(&self, jobs: &[Job], parallel: bool) -> Result<Buffer, String> {
+        use half::{bf16, f16};
+        Ok(match (self.x.dtype(), self.out) {
+            (DType::F32, DType::F32) => Buffer::F32(self.with_avx512::<f32, f32>(jobs, parallel)?),
+            (DType::F32, DType::Bf16) => {
+                Buffer::Bf16(self.with_avx512::<f32, bf16>(jobs, parallel)?)
+            }
+            (DType::F32, DType::F16) => Buffer::F16(self.with_avx512::<f32, f16>(jobs, parallel)?),
+            (DType::Bf16, DType::Bf16) => {
+                Buffer::Bf16(self.with_avx512::<bf16, bf16>(jobs, parallel)?)
+            }
+            (DType::F16, DType::F16) => Buffer::F16(self.with_avx512::<f16, f16>(jobs, parallel)?),
+            (read, out) => return Err(format!("no AVX-512 matmul reads {read} into {out}")),
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn with_avx512<S, D>(&self, jobs: &[Job], parallel: bool) -> Result<Vec<D>, String>
+    where
+        S: Element + gemm_avx512::Elem,
+        D: Element + gemm_avx512::Elem,
+    {
+        fn matrix<'t, S: Element>(t: &'t Tensor, o: &Operand) -> gemm_avx512::MatRef<'t, S> {
+            gemm_avx512::MatRef {
+                data: t.data::<S>(),
+                offset: 0,
+                row: o.rs,
+                col: o.cs,
+            }
+        }
+        let len = jobs.iter().map(|j| j.rows).sum::<usize>() * self.n;
+        let mut out = Vec::with_capacity(len);
+        gemm_avx512::gemm(
+            matrix::<S>(&self.x, &self.a),
+            matrix::<S>(&self.y, &self.b),
+            (self.n, self.k),
+            jobs,
+            &mut out.spare_capacity_mut()[..len],
+            parallel,
+        )?;
+        // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
+    /// The jobs through `gemm`: many small products in parallel, one task each; otherwise one
+    /// after the other, each split by `gemm` itself.
+    fn with_gemm<T: Element + Default>(&self, jobs: &[Job], parallel: bool) -> Vec<T> {
+        let (da, db) = (self.x.data::<T>(), self.y.data::<T>());
+        let n = self.n;
+        let rows: usize = jobs.iter().map(|j| j.rows).sum();
+        let mut out = vec![T::default(); rows * n];
+        if out.is_empty() {
+            return out;
+        }
+        let largest = jobs.iter().map(|j| j.rows * n * self.k).max().unwrap_or(0);
+        let per_job = parallel && jobs.len() > 1 && largest < (1 << 21);
+        let parallelism = if parallel && !per_job {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        let token = Token::current();
+        let run = |job: &Job, dst: &mut [T]| {
+            token.check();
+            // SAFETY: `dst` holds the job's rows * n elements; the job's offsets start rows of
+            // products whose offsets and strides come from validated layouts, so every read
+            // stays in `da` and `db`.
+            unsafe {
+                gemm_rows(
+                    (job.rows, n, self.k),
+                    dst,
+                    (da, job.a_offset, &self.a),
+                    (db, job.b_offset, &self.b),
+                    parallelism,
+                )
+            }
+        };
+        let mut bands = Vec::with_capacity(jobs.len());
+        let mut rest = out.as_mut_slice();
+        for job in jobs {
+            let (band, tail) = rest.split_at_mut(job.rows * n);
+            bands.push((job, band));
+            rest = tail;
+        }
+        if per_job {
+            bands.into_par_iter().for_each(|(job, dst)| run(job, dst));
+        } else {
+            bands.into_iter().for_each(|(job, dst)| run(job, dst));
+        }
+        out
+    }
+
+    /// One job per product of the batch.
+    fn products(&self, m: usize) -> Vec<Job> {
+        (self.a.offsets.iter().zip(&self.b.offsets))
+            .map(|(&a_offset, &b_offset)| Job {
+                a_offset,
+                b_offset,
+                rows: m,
+            })
+            .collect()
+    }
 }
 
 fn int_batched<T: Element>(x: &Tensor, y: &Tensor, p: &Plan) -> Vec<T> {
@@ -241,20 +374,15 @@ fn int_batched<T: Element>(x: &Tensor, y: &Tensor, p: &Plan) -> Vec<T> {
 fn kernel(args: &KernelArgs) -> Result<Vec<Buffer>, String> {
     let out = args.outputs[0].dtype;
     let p = plan(args.inputs[0].shape(), args.inputs[1].shape())?;
-    let compute = match out {
-        DType::Bf16 | DType::F16 => DType::F32,
-        d => d,
-    };
-    let x = gemm_ready(&as_dtype(args.inputs[0], compute));
-    let y = gemm_ready(&as_dtype(args.inputs[1], compute));
-    let buffer = match out {
-        DType::F32 => Buffer::F32(gemm_batched::<f32>(&x, &y, &p)),
-        DType::F64 => Buffer::F64(gemm_batched::<f64>(&x, &y, &p)),
-        DType::Bf16 => Buffer::Bf16(round_from_f32(gemm_batched::<f32>(&x, &y, &p))),
-        DType::F16 => Buffer::F16(round_from_f32(gemm_batched::<f32>(&x, &y, &p))),
-        d => with_dtype!(d, T => T::into_buffer(int_batched::<T>(&x, &y, &p))),
-    };
-    Ok(vec![buffer])
+    if out.is_float() {
+        let operands = FloatOperands::new(args.inputs[0], args.inputs[1], &p, out)?;
+        return Ok(vec![operands.compute(&operands.products(p.m), true)?]);
+    }
+    let x = as_dtype(args.inputs[0], out);
+    let y = as_dtype(args.inputs[1], out);
+    Ok(vec![
+        with_dtype!(out, T => T::into_buffer(int_batched::<T>(&x, &y, &p))),
+    ])
 }
 
 /// Rounds f32 results once to a half type.
@@ -268,99 +396,54 @@ fn round_from_f32<T: Element>(v: Vec<f32>) -> Vec<T> {
 /// A float matmul prepared to compute its output a band of rows at a time, so that a fused
 /// kernel can apply its epilogue to each band while the band is in cache.
 ///
-/// Each band is one `gemm` call per product it spans, in the compute type the eager kernel
-/// uses, rounded once to the output dtype. `gemm` picks its blocking from the band's shape, so
-/// sums may associate differently from the eager kernel's: results agree within rounding, not
-/// bitwise.
+/// Each band runs the kernel the eager op uses, in the same compute type, rounded once to the
+/// output dtype. Blocking depends on the band's shape, so sums may associate differently from
+/// the eager kernel's: results agree within rounding, not bitwise.
 pub(crate) struct RowBands {
-    x: Tensor,
-    y: Tensor,
-    a: Operand,
-    b: Operand,
+    operands: FloatOperands,
     m: usize,
-    n: usize,
-    k: usize,
-    out: DType,
 }
 
 impl RowBands {
     /// Prepares `a @ b` for the inferred output dtype `out`, which must be a float.
     pub(crate) fn new(a: &Tensor, b: &Tensor, out: DType) -> Result<RowBands, String> {
+        if !out.is_float() {
+            return Err(format!("row bands need a float output, got {out}"));
+        }
         let p = plan(a.shape(), b.shape())?;
-        let compute = match out {
-            DType::Bf16 | DType::F16 | DType::F32 => DType::F32,
-            DType::F64 => DType::F64,
-            other => return Err(format!("row bands need a float output, got {other}")),
-        };
-        let x = gemm_ready(&as_dtype(a, compute));
-        let y = gemm_ready(&as_dtype(b, compute));
         Ok(RowBands {
-            a: operand(&x, &p.batch_shape, true),
-            b: operand(&y, &p.batch_shape, false),
-            x,
-            y,
+            operands: FloatOperands::new(a, b, &p, out)?,
             m: p.m,
-            n: p.n,
-            k: p.k,
-            out,
         })
     }
 
     /// Output rows: every row of every product in the batch, in row-major output order.
     pub(crate) fn rows(&self) -> usize {
-        self.a.offsets.len() * self.m
+        self.operands.a.offsets.len() * self.m
     }
 
     /// Elements per output row.
     pub(crate) fn row_len(&self) -> usize {
-        self.n
+        self.operands.n
     }
 
-    /// Output rows `r0..r1`, in the output dtype. `parallel` lets `gemm` split the band
+    /// Output rows `r0..r1`, in the output dtype. `parallel` lets the kernel split the band
     /// across threads, for when the band is the whole output.
-    pub(crate) fn compute(&self, r0: usize, r1: usize, parallel: bool) -> Buffer {
-        let parallelism = if parallel {
-            Parallelism::Rayon(0)
-        } else {
-            Parallelism::None
-        };
-        match self.out {
-            DType::F64 => Buffer::F64(self.band::<f64>(r0, r1, parallelism)),
-            // bf16 and f16 round once from f32, as the eager kernel does.
-            DType::Bf16 => Buffer::Bf16(round_from_f32(self.band(r0, r1, parallelism))),
-            DType::F16 => Buffer::F16(round_from_f32(self.band(r0, r1, parallelism))),
-            _ => Buffer::F32(self.band::<f32>(r0, r1, parallelism)),
-        }
-    }
-
-    fn band<T: Element + Default>(&self, r0: usize, r1: usize, parallelism: Parallelism) -> Vec<T> {
-        let (da, db) = (self.x.data::<T>(), self.y.data::<T>());
-        let (m, n) = (self.m, self.n);
-        let mut out = vec![T::default(); (r1 - r0) * n];
+    pub(crate) fn compute(&self, r0: usize, r1: usize, parallel: bool) -> Result<Buffer, String> {
+        let (a, b, m) = (&self.operands.a, &self.operands.b, self.m);
+        let mut jobs = Vec::new();
         let mut r = r0;
         while r < r1 {
             let (product, row) = (r / m, r % m);
             let rows = (m - row).min(r1 - r);
-            let dst = &mut out[(r - r0) * n..(r - r0 + rows) * n];
-            let (oa, ob) = (
-                self.a.offsets[product] + row * self.a.rs,
-                self.b.offsets[product],
-            );
-            // SAFETY: `dst` holds rows*n elements; `oa` starts row `row` of a product whose
-            // offsets and strides come from validated layouts, and row + rows <= m, so every
-            // read stays in `da` and `db`.
-            unsafe {
-                gemm_rows(
-                    (rows, n, self.k),
-                    dst,
-                    (da, oa, &self.a),
-                    (db, ob, &self.b),
-                    parallelism,
-                )
-            }
+            jobs.push(Job {
+                a_offset: a.offsets[product] + row * a.rs,
+                b_offset: b.offsets[product],
+                rows,
+            });
             r += rows;
         }
-        out
+        self.operands.compute(&jobs, parallel)
     }
 }
 

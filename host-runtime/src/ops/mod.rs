@@ -7,6 +7,7 @@ pub mod attrs;
 mod common;
 pub mod creation;
 mod elementwise;
+mod gemm;
 mod index;
 mod matmul;
 mod nn;
