@@ -25,7 +25,7 @@ use crate::ops::registry::{MetaArgs, OpDef, PointwiseArgs, RowArgs, RowFn};
 use crate::ops::{broadcast_strides, cast_block, RowBands};
 use crate::runtime::{guarded, op_error};
 use crate::tensor::strided::{self, PARALLEL_THRESHOLD};
-use crate::tensor::{Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta};
+use crate::tensor::{Buffer, DType, Element, Elements, Layout, Storage, Tensor, TensorMeta};
 use crate::{with_dtype, Error, Result, Runtime};
 
 /// The bytes of block-local buffers a block aims to stay within: about one core's L2, so a
@@ -77,6 +77,10 @@ struct Chain {
     steps: Vec<Step>,
     /// The steps whose values the kernel needs, in order (distinct).
     results: Vec<usize>,
+    /// For each step, the earlier steps whose values are dropped once it has run: nothing later
+    /// reads them and they are not results. A block's buffers are then reused while they are
+    /// still in cache.
+    released: Vec<Vec<usize>>,
     /// Bytes of one position across sources and steps: the block's working set per position.
     bytes_per_position: usize,
 }
@@ -87,8 +91,24 @@ struct Source<'t> {
     /// The loop shape and the tensor's strides over it, with contiguous dims merged.
     shape: Vec<usize>,
     strides: [Vec<usize>; 1],
-    /// The reads are one contiguous run: a block is a plain copy.
+    /// The reads are one contiguous run: a block is borrowed in place.
     dense: bool,
+}
+
+/// A block of operand values: borrowed from a tensor or an earlier value, or owned when it
+/// had to be gathered or converted.
+enum Block<'a> {
+    Borrowed(Elements<'a>),
+    Owned(Buffer),
+}
+
+impl Block<'_> {
+    fn elements(&self) -> Elements<'_> {
+        match self {
+            Block::Borrowed(e) => *e,
+            Block::Owned(b) => b.elements(),
+        }
+    }
 }
 
 impl<'t> Source<'t> {
@@ -104,19 +124,24 @@ impl<'t> Source<'t> {
         }
     }
 
-    /// Positions `start..start + len` of the loop, as a dense buffer of the tensor's dtype.
-    fn gather(&self, start: usize, len: usize) -> Buffer {
+    /// Positions `start..start + len` of the loop, as a dense block of the tensor's dtype.
+    fn gather(&self, start: usize, len: usize) -> Block<'t> {
         let offset = self.tensor.layout().offset;
         with_dtype!(self.tensor.dtype(), T => {
             let data = self.tensor.data::<T>();
-            T::into_buffer(if self.dense {
-                data[offset + start..offset + start + len].to_vec()
+            if self.dense {
+                Block::Borrowed(T::elements(&data[offset + start..offset + start + len]))
             } else {
                 let mut out = Vec::with_capacity(len);
-                strided::visit_range(&self.shape, &self.strides, [offset], start, start + len,
-                    |_, [o]| out.push(data[o]));
-                out
-            })
+                let [step] = strided::inner_strides(&self.strides);
+                strided::visit_runs(&self.shape, &self.strides, [offset], start, start + len,
+                    |_, run, [o]| match step {
+                        0 => out.extend(std::iter::repeat_n(data[o], run)),
+                        1 => out.extend_from_slice(&data[o..o + run]),
+                        s => out.extend((0..run).map(|i| data[o + i * s])),
+                    });
+                Block::Owned(T::into_buffer(out))
+            }
         })
     }
 }
@@ -135,29 +160,32 @@ impl Chain {
     fn eval(
         &self,
         sources: &[Source],
-        block: Option<&Buffer>,
+        block: Option<Elements>,
         start: usize,
         len: usize,
     ) -> Result<Vec<Buffer>> {
-        let gathered: Vec<Buffer> = sources.iter().map(|s| s.gather(start, len)).collect();
+        let gathered: Vec<Block> = sources.iter().map(|s| s.gather(start, len)).collect();
         let mut values: Vec<Option<Buffer>> = Vec::with_capacity(self.steps.len());
-        for step in &self.steps {
-            let converted: Vec<std::borrow::Cow<Buffer>> = step
+        for (i, step) in self.steps.iter().enumerate() {
+            let converted: Vec<Block> = step
                 .args
                 .iter()
                 .map(|&(operand, to)| {
                     let value = match operand {
-                        Operand::Source(i) => &gathered[i],
+                        Operand::Source(i) => gathered[i].elements(),
                         Operand::Block => block.expect("kernels with a block operand pass it"),
-                        Operand::Step(j) => values[j].as_ref().expect("results are taken last"),
+                        Operand::Step(j) => values[j]
+                            .as_ref()
+                            .expect("a value is released only after its last reader")
+                            .elements(),
                     };
                     match to {
-                        Some(dtype) => std::borrow::Cow::Owned(cast_block(value, dtype)),
-                        None => std::borrow::Cow::Borrowed(value),
+                        Some(dtype) => Block::Owned(cast_block(value, dtype)),
+                        None => Block::Borrowed(value),
                     }
                 })
                 .collect();
-            let refs: Vec<&Buffer> = converted.iter().map(|c| c.as_ref()).collect();
+            let refs: Vec<Elements> = converted.iter().map(Block::elements).collect();
             let out = (step.block)(&PointwiseArgs {
                 inputs: &refs,
                 attrs: &step.attrs,
@@ -165,6 +193,9 @@ impl Chain {
             })
             .map_err(|message| op_error(step.def, &step.metas, message))?;
             values.push(Some(out));
+            for &j in &self.released[i] {
+                values[j] = None;
+            }
         }
         Ok(self
             .results
@@ -403,7 +434,7 @@ impl Lowering<'_> {
             .map(|&(v, _)| v)
             .filter(|&v| self.escapes(v) && !needed.contains(&v))
             .collect();
-        let results = needed
+        let results: Vec<usize> = needed
             .iter()
             .chain(&escaping)
             .map(|v| {
@@ -414,15 +445,37 @@ impl Lowering<'_> {
                     .expect("results are group values")
             })
             .collect();
+        let released = released_after(&steps, &results);
         let chain = Chain {
             shape: group.shape.clone(),
             sources,
             steps,
             results,
+            released,
             bytes_per_position,
         };
         (chain, escaping)
     }
+}
+
+/// [`Chain::released`]: each step's value is dropped after the last step that reads it, unless
+/// it is a result.
+fn released_after(steps: &[Step], results: &[usize]) -> Vec<Vec<usize>> {
+    let mut last_read: Vec<Option<usize>> = vec![None; steps.len()];
+    for (i, step) in steps.iter().enumerate() {
+        for &(operand, _) in &step.args {
+            if let Operand::Step(j) = operand {
+                last_read[j] = Some(i);
+            }
+        }
+    }
+    let mut released = vec![Vec::new(); steps.len()];
+    for (j, last) in last_read.into_iter().enumerate() {
+        if let (Some(i), false) = (last, results.contains(&j)) {
+            released[i].push(j);
+        }
+    }
+    released
 }
 
 impl Fused {
@@ -656,7 +709,8 @@ impl Fused {
                     let y = bands
                         .compute(r0, r1, single)
                         .map_err(|message| op_error(def, metas, message))?;
-                    let values = epilogue.eval(&sources, Some(&y), r0 * n, (r1 - r0) * n)?;
+                    let values =
+                        epilogue.eval(&sources, Some(y.elements()), r0 * n, (r1 - r0) * n)?;
                     for (j, value) in values.iter().enumerate() {
                         out.put(j, value);
                     }
@@ -709,17 +763,22 @@ impl Fused {
                     &specs(&per_unit),
                     |r0, r1, out| {
                         let rows = r1 - r0;
-                        // The row op's input rows come first.
-                        let pro = match &rows_in {
+                        // The row op's input rows come first: the prologue's first result
+                        // (its results are tapped too), or the input's rows.
+                        let (pro, y) = match &rows_in {
                             RowsIn::Chain(chain, sources) => {
-                                chain.eval(sources, None, r0 * n_in, rows * n_in)?
+                                let pro = chain.eval(sources, None, r0 * n_in, rows * n_in)?;
+                                let y = row_fn(pro[0].elements());
+                                (pro, y)
                             }
-                            RowsIn::Source(source) => vec![source.gather(r0 * n_in, rows * n_in)],
+                            RowsIn::Source(source) => {
+                                let rows_in = source.gather(r0 * n_in, rows * n_in);
+                                (Vec::new(), row_fn(rows_in.elements()))
+                            }
                         };
-                        let y = row_fn(&pro[0]);
                         let epi = match &epilogue {
                             Some((chain, sources)) => {
-                                chain.eval(sources, Some(&y), r0 * n_out, rows * n_out)?
+                                chain.eval(sources, Some(y.elements()), r0 * n_out, rows * n_out)?
                             }
                             None => Vec::new(),
                         };

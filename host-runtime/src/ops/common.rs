@@ -1,16 +1,18 @@
 //! Building blocks shared by the kernels: typed maps over (broadcast, strided) operands, dtype
 //! casts of temporaries, float compute types, and cost helpers.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use num_traits::Float;
 
 use super::registry::{InputSpec, MetaArgs, PointwiseArgs};
+use super::vmath::{self, vectorized};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::strided;
 use crate::tensor::{
-    normalize_dim, shape_str, Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta,
+    normalize_dim, shape_str, Buffer, DType, Element, Elements, Layout, Storage, Tensor, TensorMeta,
 };
 use crate::with_dtype;
 
@@ -36,7 +38,13 @@ pub fn broadcast_strides(layout: &Layout, out_shape: &[usize]) -> Vec<usize> {
 
 /// `t`'s elements converted to `to` as PyTorch casts them, in row-major order.
 pub fn cast_buffer(t: &Tensor, to: DType) -> Buffer {
-    with_dtype!(to, D => D::into_buffer(t.to_vec::<D>()))
+    match (t.dtype(), to) {
+        // The casts between f32 and bf16 that mixed-precision code does all the time get loops
+        // that vectorize; the element functions are the ones `cast_block` uses.
+        (DType::F32, DType::Bf16) => Buffer::Bf16(map1(t, vmath::bf16_from_f32)),
+        (DType::Bf16, DType::F32) => Buffer::F32(map1(t, bf16::to_f32)),
+        _ => with_dtype!(to, D => D::into_buffer(t.to_vec::<D>())),
+    }
 }
 
 /// `t` as `dtype`: itself when it already is, else a dense converted temporary.
@@ -69,17 +77,25 @@ pub fn dense(t: &Tensor) -> Tensor {
 
 /// Applies `f` to every element of `x`, in row-major order.
 pub fn map1<S: Element, U: Send>(x: &Tensor, f: impl Fn(S) -> U + Sync + Send) -> Vec<U> {
-    if let Some(s) = x.contiguous_data::<S>() {
-        return strided::fill(s.len(), |start, out| {
-            for (o, &v) in out.iter_mut().zip(&s[start..]) {
-                o.write(f(v));
-            }
-        });
-    }
     let data = x.data::<S>();
-    strided::map(x.shape(), [x.strides()], [x.layout().offset], |[o]| {
-        f(data[o])
-    })
+    strided::map_runs(
+        x.shape(),
+        [x.strides()],
+        [x.layout().offset],
+        |out, [p], [step]| {
+            vectorized!({
+                if step == 1 {
+                    for (o, &v) in out.iter_mut().zip(&data[p..]) {
+                        o.write(f(v));
+                    }
+                } else {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        o.write(f(data[p + i * step]));
+                    }
+                }
+            })
+        },
+    )
 }
 
 /// Applies `f` to pairs of elements of `a` and `b` broadcast to `out_shape`.
@@ -89,25 +105,42 @@ pub fn map2<A: Element, B: Element, U: Send>(
     out_shape: &[usize],
     f: impl Fn(A, B) -> U + Sync + Send,
 ) -> Vec<U> {
-    if a.shape() == out_shape && b.shape() == out_shape {
-        if let (Some(x), Some(y)) = (a.contiguous_data::<A>(), b.contiguous_data::<B>()) {
-            return strided::fill(x.len(), |start, out| {
-                for ((o, &p), &q) in out.iter_mut().zip(&x[start..]).zip(&y[start..]) {
-                    o.write(f(p, q));
-                }
-            });
-        }
-    }
     let (da, db) = (a.data::<A>(), b.data::<B>());
     let (sa, sb) = (
         broadcast_strides(a.layout(), out_shape),
         broadcast_strides(b.layout(), out_shape),
     );
-    strided::map(
+    strided::map_runs(
         out_shape,
         [&sa, &sb],
         [a.layout().offset, b.layout().offset],
-        |[p, q]| f(da[p], db[q]),
+        |out, [p, q], steps| {
+            // Contiguous and broadcast (scalar, row vector) operands get their own loops.
+            vectorized!(match steps {
+                [1, 1] => {
+                    for ((o, &x), &y) in out.iter_mut().zip(&da[p..]).zip(&db[q..]) {
+                        o.write(f(x, y));
+                    }
+                }
+                [1, 0] => {
+                    let y = db[q];
+                    for (o, &x) in out.iter_mut().zip(&da[p..]) {
+                        o.write(f(x, y));
+                    }
+                }
+                [0, 1] => {
+                    let x = da[p];
+                    for (o, &y) in out.iter_mut().zip(&db[q..]) {
+                        o.write(f(x, y));
+                    }
+                }
+                [s, t] => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        o.write(f(da[p + i * s], db[q + i * t]));
+                    }
+                }
+            })
+        },
     )
 }
 
@@ -121,34 +154,78 @@ pub fn map3<A: Element, B: Element, C: Element, U: Send>(
 ) -> Vec<U> {
     let (da, db, dc) = (a.data::<A>(), b.data::<B>(), c.data::<C>());
     let s: [Vec<usize>; 3] = [a, b, c].map(|t| broadcast_strides(t.layout(), out_shape));
-    strided::map(
+    strided::map_runs(
         out_shape,
         [&s[0], &s[1], &s[2]],
         [a.layout().offset, b.layout().offset, c.layout().offset],
-        |[p, q, r]| f(da[p], db[q], dc[r]),
+        |out, [p, q, r], steps| {
+            vectorized!({
+                if steps == [1, 1, 1] {
+                    let operands = da[p..].iter().zip(&db[q..]).zip(&dc[r..]);
+                    for (o, ((&x, &y), &z)) in out.iter_mut().zip(operands) {
+                        o.write(f(x, y, z));
+                    }
+                } else {
+                    let [s, t, u] = steps;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        o.write(f(da[p + i * s], db[q + i * t], dc[r + i * u]));
+                    }
+                }
+            })
+        },
     )
 }
 
-/// `b`'s elements converted to `to` as PyTorch casts them: the block form of [`cast_buffer`].
-pub fn cast_block(b: &Buffer, to: DType) -> Buffer {
+/// `b`'s elements converted to `to` as PyTorch casts them: the block form of [`cast_buffer`],
+/// with the same element functions.
+pub fn cast_block(b: Elements, to: DType) -> Buffer {
     if b.dtype() == to {
-        return b.clone();
+        return b.to_buffer();
     }
-    with_dtype!(b.dtype(), S => {
-        let src = S::slice(b).expect("dispatched on the buffer's own dtype");
-        with_dtype!(to, D => D::into_buffer(src.iter().map(|&v| D::cast_from(v)).collect()))
-    })
+    match (b, to) {
+        (Elements::F32(v), DType::Bf16) => Buffer::Bf16(written(v.len(), |out| {
+            vectorized!(for (o, &x) in out.iter_mut().zip(v) {
+                o.write(vmath::bf16_from_f32(x));
+            })
+        })),
+        (Elements::Bf16(v), DType::F32) => Buffer::F32(written(v.len(), |out| {
+            vectorized!(for (o, x) in out.iter_mut().zip(v) {
+                o.write(x.to_f32());
+            })
+        })),
+        _ => with_dtype!(b.dtype(), S => {
+            let src = S::of(b).expect("dispatched on the elements' own dtype");
+            with_dtype!(to, D => D::into_buffer(src.iter().map(|&v| D::cast_from(v)).collect()))
+        }),
+    }
 }
 
 /// Operand `i` of a block kernel as `T`. The fused executor converts operands to the dtypes
 /// the op's `Pointwise::operands` asked for, so a mismatch is a bug.
 pub fn operand<'a, T: Element>(args: &'a PointwiseArgs, i: usize) -> &'a [T] {
-    T::slice(args.inputs[i]).expect("fused kernels convert operands to the op's dtypes first")
+    T::of(args.inputs[i]).expect("fused kernels convert operands to the op's dtypes first")
+}
+
+/// A vector of `n` values that `write` stores, sequentially: `write` must write every slot
+/// of the slice it is handed. Block kernels use it instead of `collect`, whose loop would not
+/// inline into [`vectorized!`]'s copies.
+fn written<U>(n: usize, write: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
+    let mut out = Vec::with_capacity(n);
+    write(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: `write` wrote all `n` slots (its contract); a panic in it unwinds past this
+    // line and the vector drops with length 0.
+    unsafe { out.set_len(n) };
+    out
 }
 
 /// Applies `f` to every element of the block operand 0.
 pub fn block1<S: Element, U: Element>(args: &PointwiseArgs, f: impl Fn(S) -> U) -> Buffer {
-    U::into_buffer(operand::<S>(args, 0).iter().map(|&v| f(v)).collect())
+    let a = operand::<S>(args, 0);
+    U::into_buffer(written(a.len(), |out| {
+        vectorized!(for (o, &x) in out.iter_mut().zip(a) {
+            o.write(f(x));
+        })
+    }))
 }
 
 /// Applies `f` to pairs of elements of the block operands 0 and 1.
@@ -157,7 +234,12 @@ pub fn block2<A: Element, B: Element, U: Element>(
     f: impl Fn(A, B) -> U,
 ) -> Buffer {
     let (a, b) = (operand::<A>(args, 0), operand::<B>(args, 1));
-    U::into_buffer(a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect())
+    assert_eq!(a.len(), b.len(), "block operands have one length");
+    U::into_buffer(written(a.len(), |out| {
+        vectorized!(for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            o.write(f(x, y));
+        })
+    }))
 }
 
 /// Applies `f` to triples of elements of the block operands 0, 1 and 2.
@@ -170,25 +252,29 @@ pub fn block3<A: Element, B: Element, C: Element, U: Element>(
         operand::<B>(args, 1),
         operand::<C>(args, 2),
     );
-    U::into_buffer(
-        a.iter()
-            .zip(b)
-            .zip(c)
-            .map(|((&p, &q), &r)| f(p, q, r))
-            .collect(),
-    )
+    assert!(
+        a.len() == b.len() && a.len() == c.len(),
+        "block operands have one length"
+    );
+    U::into_buffer(written(a.len(), |out| {
+        vectorized!(
+            for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
+                o.write(f(x, y, z));
+            }
+        )
+    }))
 }
 
 /// Applies a row function to each row of a dense block of whole rows: `n` input elements
 /// per row of `block`, `n_out` output elements per row of the result. The fused form of the
 /// row ops ([`super::registry::Rowwise`]) runs their eager row functions through it.
 pub fn rows_block<T: Element, U: Element>(
-    block: &Buffer,
+    block: Elements,
     n: usize,
     n_out: usize,
     f: impl Fn(&[T], &mut [U]),
 ) -> Buffer {
-    let x = T::slice(block).expect("row blocks have the row op's input dtype");
+    let x = T::of(block).expect("row blocks have the row op's input dtype");
     let rows = x.len() / n.max(1);
     let mut out = vec![U::from_f64(0.0); rows * n_out];
     for (i, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n_out)) {
@@ -203,6 +289,12 @@ pub trait MathExt: Float + Send + Sync {
     fn erf(self) -> Self;
     /// A constant.
     fn c(v: f64) -> Self;
+    /// e^x, written so that loops over it vectorize for f32 ([`vmath::exp_f32`]); libm's for
+    /// f64. Every kernel that exponentiates uses it, so eager and fused results agree.
+    fn vexp(self) -> Self;
+    /// tanh, written so that loops over it vectorize for f32 ([`vmath::tanh_f32`]); libm's for
+    /// f64.
+    fn vtanh(self) -> Self;
 }
 
 impl MathExt for f32 {
@@ -212,6 +304,14 @@ impl MathExt for f32 {
     fn c(v: f64) -> f32 {
         v as f32
     }
+    #[inline(always)]
+    fn vexp(self) -> f32 {
+        vmath::exp_f32(self)
+    }
+    #[inline(always)]
+    fn vtanh(self) -> f32 {
+        vmath::tanh_f32(self)
+    }
 }
 
 impl MathExt for f64 {
@@ -220,6 +320,12 @@ impl MathExt for f64 {
     }
     fn c(v: f64) -> f64 {
         v
+    }
+    fn vexp(self) -> f64 {
+        self.exp()
+    }
+    fn vtanh(self) -> f64 {
+        self.tanh()
     }
 }
 
@@ -232,45 +338,85 @@ pub trait FloatElem: Element {
     fn up(self) -> Self::C;
     /// Rounds back from the compute type.
     fn down(c: Self::C) -> Self;
+    /// Runs `f` on `input` widened to the compute type, and stores what it writes to its
+    /// second argument into `output`, rounded back: in place for f32 and f64, whose compute
+    /// type is their own, and through temporaries for bf16 and f16.
+    fn compute_row(input: &[Self], output: &mut [Self], f: impl FnOnce(&[Self::C], &mut [Self::C]));
+}
+
+/// [`FloatElem::compute_row`] for the half types, through f32 temporaries.
+fn compute_row_widened<T: FloatElem<C = f32>>(
+    input: &[T],
+    output: &mut [T],
+    f: impl FnOnce(&[f32], &mut [f32]),
+) {
+    let wide: Vec<f32> = input.iter().map(|v| v.up()).collect();
+    let mut result = vec![0.0f32; output.len()];
+    f(&wide, &mut result);
+    for (o, r) in output.iter_mut().zip(result) {
+        *o = T::down(r);
+    }
 }
 
 impl FloatElem for f32 {
     type C = f32;
+    #[inline(always)]
     fn up(self) -> f32 {
         self
     }
+    #[inline(always)]
     fn down(c: f32) -> f32 {
         c
+    }
+    #[inline(always)]
+    fn compute_row(input: &[f32], output: &mut [f32], f: impl FnOnce(&[f32], &mut [f32])) {
+        f(input, output)
     }
 }
 
 impl FloatElem for f64 {
     type C = f64;
+    #[inline(always)]
     fn up(self) -> f64 {
         self
     }
+    #[inline(always)]
     fn down(c: f64) -> f64 {
         c
+    }
+    #[inline(always)]
+    fn compute_row(input: &[f64], output: &mut [f64], f: impl FnOnce(&[f64], &mut [f64])) {
+        f(input, output)
     }
 }
 
 impl FloatElem for bf16 {
     type C = f32;
+    #[inline(always)]
     fn up(self) -> f32 {
         self.to_f32()
     }
+    #[inline(always)]
     fn down(c: f32) -> bf16 {
-        bf16::from_f32(c)
+        vmath::bf16_from_f32(c)
+    }
+    fn compute_row(input: &[bf16], output: &mut [bf16], f: impl FnOnce(&[f32], &mut [f32])) {
+        compute_row_widened(input, output, f)
     }
 }
 
 impl FloatElem for f16 {
     type C = f32;
+    #[inline(always)]
     fn up(self) -> f32 {
         self.to_f32()
     }
+    #[inline(always)]
     fn down(c: f32) -> f16 {
         f16::from_f32(c)
+    }
+    fn compute_row(input: &[f16], output: &mut [f16], f: impl FnOnce(&[f32], &mut [f32])) {
+        compute_row_widened(input, output, f)
     }
 }
 

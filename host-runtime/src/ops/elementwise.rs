@@ -29,12 +29,16 @@ static OUT: &[&str] = &["out"];
 // ---------------------------------------------------------------------------------------------
 // Unary ops that always compute in floating point (int inputs become the default float).
 
+/// A float function of one value, computed in the compute type.
+trait FloatFn {
+    fn apply<F: MathExt>(x: F) -> F;
+}
+
 /// A unary op computed in floating point.
-trait UnaryFloat {
+trait UnaryFloat: FloatFn {
     const NAME: &'static str;
     const DOC: &'static str;
     const ENGINE: Engine;
-    fn apply<F: MathExt>(x: F) -> F;
 }
 
 fn infer_unary_float(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
@@ -42,13 +46,21 @@ fn infer_unary_float(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(x.shape.clone(), x.dtype.to_float())])
 }
 
-fn float_map<T: FloatElem>(x: &crate::Tensor, f: impl Fn(T::C) -> T::C + Sync + Send) -> Buffer {
-    T::into_buffer(map1(x, up_down::<T>(f)))
+/// `O` on a float storage type: widened, computed, rounded once. It is a function item that
+/// always inlines (a closure would not), so the vectorized loops of `map1` and `block1` inline
+/// the math.
+#[inline(always)]
+fn lifted<T: FloatElem, O: FloatFn>(v: T) -> T {
+    T::down(O::apply(v.up()))
+}
+
+fn float_map<T: FloatElem, O: FloatFn>(x: &crate::Tensor) -> Buffer {
+    T::into_buffer(map1(x, lifted::<T, O>))
 }
 
 /// The block form of [`float_map`].
-fn float_block<T: FloatElem>(a: &PointwiseArgs, f: impl Fn(T::C) -> T::C) -> Buffer {
-    block1(a, up_down::<T>(f))
+fn float_block<T: FloatElem, O: FloatFn>(a: &PointwiseArgs) -> Buffer {
+    block1(a, lifted::<T, O>)
 }
 
 /// Operands of ops that convert their one input to the output dtype first.
@@ -64,11 +76,11 @@ fn operands_as_given(a: &MetaArgs, _: &TensorMeta) -> Vec<DType> {
 fn unary_float_kernel<O: UnaryFloat>(a: &KernelArgs) -> KResult {
     let out = a.outputs[0].dtype;
     let x = as_dtype(a.inputs[0], out);
-    Ok(vec![with_float!(out, T => float_map::<T>(&x, O::apply))])
+    Ok(vec![with_float!(out, T => float_map::<T, O>(&x))])
 }
 
 fn unary_float_block<O: UnaryFloat>(a: &PointwiseArgs) -> KResult1 {
-    Ok(with_float!(a.output, T => float_block::<T>(a, O::apply)))
+    Ok(with_float!(a.output, T => float_block::<T, O>(a)))
 }
 
 fn unary_cost<O: UnaryFloat>(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -98,14 +110,16 @@ macro_rules! unary_float_ops {
     ($($ty:ident $name:literal $engine:ident $doc:literal |$x:ident| $body:expr;)*) => {
         $(
             struct $ty;
-            impl UnaryFloat for $ty {
-                const NAME: &'static str = $name;
-                const DOC: &'static str = $doc;
-                const ENGINE: Engine = Engine::$engine;
+            impl FloatFn for $ty {
                 #[inline(always)]
                 fn apply<F: MathExt>($x: F) -> F {
                     $body
                 }
+            }
+            impl UnaryFloat for $ty {
+                const NAME: &'static str = $name;
+                const DOC: &'static str = $doc;
+                const ENGINE: Engine = Engine::$engine;
             }
         )*
         fn unary_float_defs() -> Vec<OpDef> {
@@ -115,14 +129,14 @@ macro_rules! unary_float_ops {
 }
 
 unary_float_ops! {
-    Exp "exp" Scalar "e raised to each element" |x| x.exp();
+    Exp "exp" Scalar "e raised to each element" |x| x.vexp();
     Log "log" Scalar "natural logarithm of each element" |x| x.ln();
     Sqrt "sqrt" Scalar "square root of each element" |x| x.sqrt();
     Rsqrt "rsqrt" Scalar "reciprocal square root, 1/sqrt(x)" |x| x.sqrt().recip();
     Reciprocal "reciprocal" Vector "1/x for each element" |x| x.recip();
-    Tanh "tanh" Scalar "hyperbolic tangent" |x| x.tanh();
-    Sigmoid "sigmoid" Scalar "logistic function 1/(1+exp(-x))" |x| F::one() / (F::one() + (-x).exp());
-    Silu "silu" Scalar "x * sigmoid(x) (SiLU / swish)" |x| x / (F::one() + (-x).exp());
+    Tanh "tanh" Scalar "hyperbolic tangent" |x| x.vtanh();
+    Sigmoid "sigmoid" Scalar "logistic function 1/(1+exp(-x))" |x| F::one() / (F::one() + (-x).vexp());
+    Silu "silu" Scalar "x * sigmoid(x) (SiLU / swish)" |x| x / (F::one() + (-x).vexp());
     Sin "sin" Scalar "sine (radians)" |x| x.sin();
     Cos "cos" Scalar "cosine (radians)" |x| x.cos();
     Erf "erf" Scalar "the error function" |x| x.erf();
@@ -140,7 +154,25 @@ fn gelu_erf<F: MathExt>(x: F) -> F {
 fn gelu_tanh<F: MathExt>(x: F) -> F {
     // sqrt(2/pi) * (x + 0.044715 x^3), as torch's approximate='tanh'.
     let inner = F::c(0.797_884_560_802_865_4) * (x + F::c(0.044715) * x * x * x);
-    F::c(0.5) * x * (F::one() + inner.tanh())
+    F::c(0.5) * x * (F::one() + inner.vtanh())
+}
+
+/// gelu with approximate='none'.
+struct GeluErf;
+impl FloatFn for GeluErf {
+    #[inline(always)]
+    fn apply<F: MathExt>(x: F) -> F {
+        gelu_erf(x)
+    }
+}
+
+/// gelu with approximate='tanh'.
+struct GeluTanh;
+impl FloatFn for GeluTanh {
+    #[inline(always)]
+    fn apply<F: MathExt>(x: F) -> F {
+        gelu_tanh(x)
+    }
 }
 
 fn gelu_kernel(a: &KernelArgs) -> KResult {
@@ -148,29 +180,28 @@ fn gelu_kernel(a: &KernelArgs) -> KResult {
     let x = as_dtype(a.inputs[0], out);
     let tanh = a.attrs.str("approximate") == "tanh";
     Ok(vec![with_float!(out, T => if tanh {
-        float_map::<T>(&x, gelu_tanh)
+        float_map::<T, GeluTanh>(&x)
     } else {
-        float_map::<T>(&x, gelu_erf)
+        float_map::<T, GeluErf>(&x)
     })])
 }
 
 fn gelu_block(a: &PointwiseArgs) -> KResult1 {
     let tanh = a.attrs.str("approximate") == "tanh";
     Ok(with_float!(a.output, T => if tanh {
-        float_block::<T>(a, gelu_tanh)
+        float_block::<T, GeluTanh>(a)
     } else {
-        float_block::<T>(a, gelu_erf)
+        float_block::<T, GeluErf>(a)
     }))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Unary ops that keep the dtype (ints included).
 
-/// A unary op defined for floats and integers alike.
-trait UnaryNumeric {
+/// A unary op defined for floats and integers alike; [`FloatFn::apply`] is its float form.
+trait UnaryNumeric: FloatFn {
     const NAME: &'static str;
     const DOC: &'static str;
-    fn float<F: MathExt>(x: F) -> F;
     fn int(x: i64) -> i64;
 }
 
@@ -191,7 +222,7 @@ fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
     let x = a.inputs[0];
     let out = x.dtype();
     if out.is_float() {
-        return Ok(vec![with_float!(out, T => float_map::<T>(x, O::float))]);
+        return Ok(vec![with_float!(out, T => float_map::<T, O>(x))]);
     }
     Ok(vec![
         with_dtype!(out, T => T::into_buffer(map1(x, int_unary::<O, T>))),
@@ -200,7 +231,7 @@ fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
 
 fn unary_numeric_block<O: UnaryNumeric>(a: &PointwiseArgs) -> KResult1 {
     if a.output.is_float() {
-        return Ok(with_float!(a.output, T => float_block::<T>(a, O::float)));
+        return Ok(with_float!(a.output, T => float_block::<T, O>(a)));
     }
     Ok(with_dtype!(a.output, T => block1(a, int_unary::<O, T>)))
 }
@@ -213,13 +244,15 @@ macro_rules! unary_numeric_ops {
     ($($ty:ident $name:literal $doc:literal |$x:ident| $float:expr, |$i:ident| $int:expr;)*) => {
         $(
             struct $ty;
+            impl FloatFn for $ty {
+                #[inline(always)]
+                fn apply<F: MathExt>($x: F) -> F {
+                    $float
+                }
+            }
             impl UnaryNumeric for $ty {
                 const NAME: &'static str = $name;
                 const DOC: &'static str = $doc;
-                #[inline(always)]
-                fn float<F: MathExt>($x: F) -> F {
-                    $float
-                }
                 #[inline(always)]
                 fn int($i: i64) -> i64 {
                     $int
@@ -684,7 +717,7 @@ fn clamp_kernel(a: &KernelArgs) -> KResult {
     let dtype = x.dtype();
     if dtype.is_float() {
         return Ok(vec![
-            with_float!(dtype, T => float_map::<T>(x, clamp_float(lo, hi))),
+            with_float!(dtype, T => T::into_buffer(map1(x, up_down::<T>(clamp_float(lo, hi))))),
         ]);
     }
     Ok(vec![
@@ -695,7 +728,7 @@ fn clamp_kernel(a: &KernelArgs) -> KResult {
 fn clamp_block(a: &PointwiseArgs) -> KResult1 {
     let (lo, hi) = clamp_bounds(a.attrs);
     if a.output.is_float() {
-        return Ok(with_float!(a.output, T => float_block::<T>(a, clamp_float(lo, hi))));
+        return Ok(with_float!(a.output, T => block1(a, up_down::<T>(clamp_float(lo, hi)))));
     }
     Ok(with_dtype!(a.output, T => block1(a, clamp_int::<T>(lo, hi))))
 }
@@ -812,7 +845,7 @@ mod tests {
     use crate::ops::attrs::Attrs;
     use crate::ops::registry::Registry;
     use crate::runtime::{Runtime, RuntimeOptions};
-    use crate::tensor::Tensor;
+    use crate::tensor::{Elements, Tensor};
 
     /// Values with negatives, zeros, fractions and integers, as `dtype`.
     fn values(rt: &Runtime, dtype: DType, salt: usize) -> Tensor {
@@ -894,9 +927,10 @@ mod tests {
                         let converted: Vec<Buffer> = inputs
                             .iter()
                             .zip(&operands)
-                            .map(|(t, &d)| cast_block(&t.to_buffer(), d))
+                            .map(|(t, &d)| cast_block(t.to_buffer().elements(), d))
                             .collect();
-                        let blocks: Vec<&Buffer> = converted.iter().collect();
+                        let blocks: Vec<Elements> =
+                            converted.iter().map(Buffer::elements).collect();
                         let block = (pointwise.block)(&PointwiseArgs {
                             inputs: &blocks,
                             attrs: &resolved,
@@ -919,5 +953,141 @@ mod tests {
             }
         }
         assert!(checked > 500, "{checked} cases");
+    }
+
+    fn runtime() -> Runtime {
+        Runtime::new(RuntimeOptions {
+            topology: Topology::preset("trn2.3xlarge", None).unwrap(),
+            host_limit: 1 << 30,
+        })
+    }
+
+    fn randn(rt: &Runtime, shape: &[i64], seed: i64, scale: f64) -> Tensor {
+        let x = rt
+            .call1(
+                "randn",
+                &[],
+                &Attrs::new()
+                    .with("shape", shape.to_vec())
+                    .with("seed", seed),
+            )
+            .unwrap();
+        let s = rt
+            .call1(
+                "full",
+                &[],
+                &Attrs::new()
+                    .with("shape", Vec::<i64>::new())
+                    .with("value", scale),
+            )
+            .unwrap();
+        rt.call1("mul", &[&x, &s], &Attrs::new()).unwrap()
+    }
+
+    /// The element at `index` of a 2-D view, read through its layout (no kernel involved).
+    fn at(t: &Tensor, index: [usize; 2]) -> f32 {
+        let l = t.layout();
+        let data = t.data::<f32>();
+        // A broadcast dim of size 1 reads its one element.
+        let i = |d: usize| {
+            if l.shape[d] == 1 {
+                0
+            } else {
+                index[d] * l.strides[d]
+            }
+        };
+        data[l.offset + i(0) + i(1)]
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter()
+            .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+            .collect()
+    }
+
+    #[test]
+    fn vectorized_kernels_match_the_element_functions_on_tails_and_views() {
+        let rt = runtime();
+        let unary: [(&str, Attrs, fn(f32) -> f32); 4] = [
+            ("exp", Attrs::new(), super::super::vmath::exp_f32),
+            ("tanh", Attrs::new(), super::super::vmath::tanh_f32),
+            ("sigmoid", Attrs::new(), |x| {
+                1.0 / (1.0 + super::super::vmath::exp_f32(-x))
+            }),
+            (
+                "gelu",
+                Attrs::new().with("approximate", "tanh"),
+                gelu_tanh::<f32>,
+            ),
+        ];
+        // Lengths around the vector widths and the parallel chunk size, as [rows, cols].
+        let shapes: [[usize; 2]; 7] = [
+            [1, 1],
+            [1, 15],
+            [3, 17],
+            [5, 33],
+            [31, 129],
+            [97, 401],
+            [130, 257],
+        ];
+        for (seed, &[r, c]) in shapes.iter().enumerate() {
+            let x = randn(&rt, &[r as i64, c as i64], seed as i64, 6.0);
+            let views = [
+                x.clone(),
+                rt.call1("transpose", &[&x], &Attrs::new()).unwrap(),
+                rt.call1(
+                    "slice",
+                    &[&x],
+                    &Attrs::new().with("dim", 1).with("start", 1).with("step", 3),
+                )
+                .unwrap(),
+            ];
+            for v in &views {
+                let shape = [v.shape()[0], v.shape()[1]];
+                let positions: Vec<[usize; 2]> = (0..shape[0])
+                    .flat_map(|i| (0..shape[1]).map(move |j| [i, j]))
+                    .collect();
+                for (op, attrs, f) in &unary {
+                    let got = rt.call1(op, &[v], attrs).unwrap().to_vec::<f32>();
+                    let want: Vec<f32> = positions.iter().map(|&p| f(at(v, p))).collect();
+                    assert_eq!(bits(&got), bits(&want), "{op} of {shape:?}");
+                }
+                let cast = rt
+                    .call1("cast", &[v], &Attrs::new().with("dtype", DType::Bf16))
+                    .unwrap()
+                    .to_vec::<half::bf16>();
+                let want: Vec<half::bf16> = positions
+                    .iter()
+                    .map(|&p| half::bf16::from_f32(at(v, p)))
+                    .collect();
+                assert_eq!(cast, want, "cast of {shape:?}");
+                // Broadcast partners: a row, a column and a scalar.
+                let row = randn(&rt, &[shape[1] as i64], 100, 1.0);
+                let col = randn(&rt, &[shape[0] as i64, 1], 101, 1.0);
+                let one = randn(&rt, &[], 102, 1.0);
+                let row2 = rt
+                    .call1(
+                        "reshape",
+                        &[&row],
+                        &Attrs::new().with("shape", vec![1i64, -1]),
+                    )
+                    .unwrap();
+                let one2 = rt
+                    .call1(
+                        "reshape",
+                        &[&one],
+                        &Attrs::new().with("shape", vec![1i64, 1]),
+                    )
+                    .unwrap();
+                for (partner, as_2d) in [(&row, &row2), (&col, &col), (&one, &one2)] {
+                    for (a, b, a2, b2) in [(v, partner, v, as_2d), (partner, v, as_2d, v)] {
+                        let got = rt.call1("sub", &[a, b], &Attrs::new()).unwrap();
+                        let want: Vec<f32> =
+                            positions.iter().map(|&p| at(a2, p) - at(b2, p)).collect();
+                        assert_eq!(bits(&got.to_vec::<f32>()), bits(&want), "sub {shape:?}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ mod nn;
 mod reduce;
 pub mod registry;
 mod shape;
+mod vmath;
 
 pub use attrs::{AttrValue, Attrs};
 // For the fused executor in `crate::compile`.

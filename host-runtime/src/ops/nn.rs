@@ -18,29 +18,48 @@ use super::common::{
 use super::registry::{
     Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
 };
+use super::vmath::{max_nan, sum_f64, vectorized};
 use crate::device::cost::{Engine, OpCost};
-use crate::tensor::{Buffer, DType, Element, Layout, Storage, Tensor, TensorMeta};
+use crate::tensor::{Buffer, DType, Element, Elements, Layout, Storage, Tensor, TensorMeta};
 
 type KResult = Result<Vec<Buffer>, String>;
 
+/// Rows per parallel task: about 16K elements, so scheduling costs little.
+fn rows_per_task(n: usize) -> usize {
+    ((1 << 14) / n.max(1)).max(1)
+}
+
 /// Applies `f(in_row, out_row)` to each row of a dense tensor whose rows have `n` elements.
+/// Rows run in parallel; `f` writes a scratch row that stays in L1, which is then stored, so the
+/// output is written once and never initialized first. (`f` vectorizes itself, see
+/// [`vectorized!`].)
 fn rows<T: FloatElem>(x: &Tensor, n: usize, f: impl Fn(&[T], &mut [T]) + Sync) -> Vec<T> {
     let data = x
         .contiguous_data::<T>()
         .expect("rows() takes a dense tensor");
-    let mut out = data.to_vec();
     if n == 0 {
-        return out;
+        return Vec::new();
     }
-    let min_rows = ((1 << 14) / n).max(1);
     let token = Token::current();
-    out.par_chunks_mut(n)
-        .zip(data.par_chunks(n))
-        .with_min_len(min_rows)
+    let task = n * rows_per_task(n);
+    let mut out: Vec<T> = Vec::with_capacity(data.len());
+    out.spare_capacity_mut()[..data.len()]
+        .par_chunks_mut(task)
+        .zip(data.par_chunks(task))
         .for_each(|(o, i)| {
             token.check();
-            f(i, o)
+            let mut scratch = vec![T::from_f64(0.0); n];
+            for (o, i) in o.chunks_exact_mut(n).zip(i.chunks_exact(n)) {
+                f(i, &mut scratch);
+                for (dst, &v) in o.iter_mut().zip(&scratch) {
+                    dst.write(v);
+                }
+            }
         });
+    // SAFETY: the chunks cover the spare capacity's first `data.len()` slots (a whole number
+    // of rows, as `data.len()` is), and every row of every chunk was written above; a
+    // cancelled or panicking task unwinds past this line and the vector drops with length 0.
+    unsafe { out.set_len(data.len()) };
     out
 }
 
@@ -67,38 +86,34 @@ fn infer_softmax(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![x.clone()])
 }
 
+#[inline(always)]
 fn softmax_row<C: MathExt>(row: &[C], out: &mut [C], log: bool) {
     // As torch, a row holding NaN or +inf, or only -inf, is NaN throughout: `v - max` is NaN
     // somewhere in it, and so is the sum.
-    let max = row.iter().fold(
-        C::neg_infinity(),
-        |m, &v| if v > m || v.is_nan() { v } else { m },
-    );
-    let sum: f64 = row
-        .iter()
-        .map(|&v| (v - max).exp().to_f64().unwrap_or(f64::NAN))
-        .sum();
-    let sum = C::c(sum);
+    let max = max_nan(row, C::neg_infinity());
+    let wide = |v: C| v.to_f64().unwrap_or(f64::NAN);
     if log {
-        let lse = sum.ln();
+        let sum = sum_f64(row, |v| wide((v - max).vexp()));
+        let lse = C::c(sum).ln();
         for (o, &v) in out.iter_mut().zip(row) {
             *o = v - max - lse;
         }
     } else {
+        // One exp per element: the exponentials go to `out`, are summed there, then divided.
         for (o, &v) in out.iter_mut().zip(row) {
-            *o = (v - max).exp() / sum;
+            *o = (v - max).vexp();
+        }
+        let sum = C::c(sum_f64(out, wide));
+        for o in out.iter_mut() {
+            *o = *o / sum;
         }
     }
 }
 
-/// One softmax row in the storage type: widened, computed, rounded once per element.
+/// One softmax row in the storage type: computed in the compute type, rounded once per element.
+#[inline(always)]
 fn softmax_row_of<T: FloatElem>(i: &[T], o: &mut [T], log: bool) {
-    let wide: Vec<T::C> = i.iter().map(|v| v.up()).collect();
-    let mut res = wide.clone();
-    softmax_row(&wide, &mut res, log);
-    for (dst, r) in o.iter_mut().zip(res) {
-        *dst = T::down(r);
-    }
+    T::compute_row(i, o, |wide, res| softmax_row(wide, res, log));
 }
 
 fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
@@ -120,7 +135,7 @@ fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
     let d = dense(&moved);
     let n = x.shape()[dim];
     let buffer = with_float!(x.dtype(), T => T::into_buffer(rows::<T>(&d, n, |i, o| {
-        softmax_row_of(i, o, log)
+        vectorized!(softmax_row_of(i, o, log))
     })));
     if dim == last {
         return Ok(vec![buffer]);
@@ -146,8 +161,8 @@ fn softmax_rows(a: &MetaArgs) -> Option<(usize, usize)> {
 
 fn prepare_softmax(a: &RowArgs, log: bool) -> Result<RowFn, String> {
     let n = a.row;
-    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
-        rows_block::<T, T>(b, n, n, |i, o| softmax_row_of(i, o, log))
+    with_float!(a.input, T => Ok(Box::new(move |b: Elements| {
+        rows_block::<T, T>(b, n, n, |i, o| vectorized!(softmax_row_of(i, o, log)))
     })))
 }
 
@@ -212,20 +227,24 @@ fn infer_norm(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![a.inputs[0].clone()])
 }
 
-/// A norm's settings and affine parameters, converted once per call.
-struct Norm {
+/// A norm's settings and affine parameters, converted once per call to the compute type `C`.
+struct Norm<C> {
     /// Subtract the mean (layer_norm) or not (rms_norm).
     center: bool,
     eps: f64,
-    weight: Option<Vec<f64>>,
-    bias: Option<Vec<f64>>,
+    weight: Option<Vec<C>>,
+    bias: Option<Vec<C>>,
 }
 
-impl Norm {
-    fn new(params: &[&Tensor], attrs: &ResolvedAttrs, center: bool) -> Norm {
-        let mut affine = params
-            .iter()
-            .map(|t| as_dtype(t, DType::F64).to_vec::<f64>());
+impl<C: MathExt> Norm<C> {
+    fn new(params: &[&Tensor], attrs: &ResolvedAttrs, center: bool) -> Norm<C> {
+        let mut affine = params.iter().map(|t| {
+            as_dtype(t, DType::F64)
+                .to_vec::<f64>()
+                .into_iter()
+                .map(C::c)
+                .collect()
+        });
         Norm {
             center,
             eps: attrs.float("eps"),
@@ -234,22 +253,45 @@ impl Norm {
         }
     }
 
-    /// Normalizes one row.
-    fn row<T: FloatElem>(&self, i: &[T], o: &mut [T]) {
+    /// Normalizes one row. The mean and the mean square accumulate in f64; the scaling runs in
+    /// the compute type and rounds once.
+    #[inline(always)]
+    fn row<T: FloatElem<C = C>>(&self, i: &[T], o: &mut [T]) {
         let len = i.len() as f64;
         let mean = if self.center {
-            i.iter().map(|v| v.to_f64()).sum::<f64>() / len
+            sum_f64(i, |v| v.to_f64()) / len
         } else {
             0.0
         };
-        let ms = i.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / len;
-        let scale = T::C::c(1.0 / (ms + self.eps).sqrt());
-        let shift = T::C::c(mean);
-        for (j, (dst, v)) in o.iter_mut().zip(i).enumerate() {
-            let y = (v.up() - shift) * scale;
-            let y = self.weight.as_ref().map_or(y, |w| y * T::C::c(w[j]));
-            let y = self.bias.as_ref().map_or(y, |b| y + T::C::c(b[j]));
-            *dst = T::down(y);
+        let ms = sum_f64(i, |v| {
+            let d = v.to_f64() - mean;
+            d * d
+        }) / len;
+        let scale = C::c(1.0 / (ms + self.eps).sqrt());
+        let shift = C::c(mean);
+        let normalized = |v: T| (v.up() - shift) * scale;
+        // One loop per affine combination, so none tests an option per element.
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => {
+                for (((dst, &v), &w), &b) in o.iter_mut().zip(i).zip(w).zip(b) {
+                    *dst = T::down(normalized(v) * w + b);
+                }
+            }
+            (Some(w), None) => {
+                for ((dst, &v), &w) in o.iter_mut().zip(i).zip(w) {
+                    *dst = T::down(normalized(v) * w);
+                }
+            }
+            (None, Some(b)) => {
+                for ((dst, &v), &b) in o.iter_mut().zip(i).zip(b) {
+                    *dst = T::down(normalized(v) + b);
+                }
+            }
+            (None, None) => {
+                for (dst, &v) in o.iter_mut().zip(i) {
+                    *dst = T::down(normalized(v));
+                }
+            }
         }
     }
 }
@@ -267,10 +309,10 @@ fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
         .iter()
         .product()
     };
-    let norm = Norm::new(&a.inputs[1..], a.attrs, center);
-    Ok(vec![
-        with_float!(dtype, T => T::into_buffer(rows::<T>(&x, n, |i, o| norm.row(i, o)))),
-    ])
+    Ok(vec![with_float!(dtype, T => {
+        let norm = Norm::<<T as FloatElem>::C>::new(&a.inputs[1..], a.attrs, center);
+        T::into_buffer(rows::<T>(&x, n, |i, o| vectorized!(norm.row(i, o))))
+    })])
 }
 
 /// The norms work on whole rows of their normalized trailing dims.
@@ -280,10 +322,13 @@ fn norm_rows(a: &MetaArgs) -> Option<(usize, usize)> {
 }
 
 fn prepare_norm(a: &RowArgs, center: bool) -> Result<RowFn, String> {
-    let (n, norm) = (a.row, Norm::new(a.params, a.attrs, center));
-    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
-        rows_block::<T, T>(b, n, n, |i, o| norm.row(i, o))
-    })))
+    let n = a.row;
+    with_float!(a.input, T => {
+        let norm = Norm::<<T as FloatElem>::C>::new(a.params, a.attrs, center);
+        Ok(Box::new(move |b: Elements| {
+            rows_block::<T, T>(b, n, n, |i, o| vectorized!(norm.row(i, o)))
+        }))
+    })
 }
 
 fn norm_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
@@ -454,4 +499,50 @@ pub fn defs() -> Vec<OpDef> {
             rowwise: None,
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::vmath::Isa;
+    use super::*;
+
+    /// One row's softmax, log_softmax, layer_norm (with weight and bias) and rms_norm, as bits,
+    /// computed with the vector instructions of `isa`.
+    fn row_results(isa: Isa, row: &[f32]) -> Vec<u32> {
+        let n = row.len();
+        let ramp = |k: f32| -> Vec<f32> { (0..n).map(|j| 0.5 + k * j as f32 / n as f32).collect() };
+        let layer = Norm::<f32> {
+            center: true,
+            eps: 1e-5,
+            weight: Some(ramp(1.0)),
+            bias: Some(ramp(-0.25)),
+        };
+        let rms = Norm::<f32> {
+            center: false,
+            eps: 1e-6,
+            weight: Some(ramp(2.0)),
+            bias: None,
+        };
+        let mut out = vec![vec![0.0f32; n]; 4];
+        vectorized!(@on isa, {
+            softmax_row_of(row, &mut out[0], false);
+            softmax_row_of(row, &mut out[1], true);
+            layer.row(row, &mut out[2]);
+            rms.row(row, &mut out[3]);
+        });
+        out.concat().iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn row_functions_give_the_same_bits_on_every_instruction_set() {
+        for n in [1usize, 3, 15, 16, 17, 100, 1023, 1024, 1025] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 113) as f32 * 0.37 - 20.0)
+                .collect();
+            let baseline = row_results(Isa::Baseline, &row);
+            for isa in Isa::available() {
+                assert_eq!(row_results(isa, &row), baseline, "{isa:?}, n = {n}");
+            }
+        }
+    }
 }

@@ -7,8 +7,9 @@
 use super::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use super::common::{dim_of, rows_block, streaming_cost, with_float, IN_X};
 use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise};
+use super::vmath::{sum_f64, vectorized};
 use crate::device::cost::{Engine, OpCost};
-use crate::tensor::{strided, Buffer, DType, Element, Tensor, TensorMeta};
+use crate::tensor::{strided, Buffer, DType, Element, Elements, Tensor, TensorMeta};
 use crate::with_dtype;
 
 type KResult = Result<Vec<Buffer>, String>;
@@ -57,7 +58,8 @@ fn reduce_rows<T: Element, U: Send>(
     let (cs, [cst]) = strided::coalesce(&red_shape, [&red_strides]);
     let run = cs.is_empty() || (cs.len() == 1 && cst[0] == 1);
     let data = x.data::<T>();
-    strided::map(&outer_shape, [&outer_strides], [l.offset], |[o]| {
+    // Each output costs a row of work: parallel when the rows add up, not the outputs.
+    strided::map_weighted(&outer_shape, [&outer_strides], [l.offset], n, |[o]| {
         if run {
             f(&data[o..o + n])
         } else {
@@ -139,13 +141,18 @@ fn infer(a: &MetaArgs, rule: OutDType) -> Result<Vec<TensorMeta>, String> {
     )])
 }
 
+#[inline(always)]
 fn mean_of<T: Element>(r: &[T]) -> f64 {
-    r.iter().map(|v| v.to_f64()).sum::<f64>() / r.len() as f64
+    sum_f64(r, |v| v.to_f64()) / r.len() as f64
 }
 
+#[inline(always)]
 fn var_of<T: Element>(r: &[T], correction: i64) -> f64 {
     let m = mean_of(r);
-    let ss: f64 = r.iter().map(|v| (v.to_f64() - m).powi(2)).sum();
+    let ss = sum_f64(r, |v| {
+        let d = v.to_f64() - m;
+        d * d
+    });
     ss / (r.len() as f64 - correction as f64).max(0.0)
 }
 
@@ -182,9 +189,10 @@ impl RowReduce {
     }
 
     /// The value of one row. Sums and products accumulate in f64.
+    #[inline(always)]
     fn apply<T: Element>(self, r: &[T]) -> T {
         match self {
-            RowReduce::Sum => T::from_f64(r.iter().map(|v| v.to_f64()).sum()),
+            RowReduce::Sum => T::from_f64(sum_f64(r, |v| v.to_f64())),
             RowReduce::Prod => T::from_f64(r.iter().map(|v| v.to_f64()).product()),
             RowReduce::Mean => T::from_f64(mean_of(r)),
             RowReduce::Var { correction } => T::from_f64(var_of(r, correction)),
@@ -197,7 +205,7 @@ impl RowReduce {
 
 /// Reduces `x` with `kind`, keeping its dtype.
 fn same_dtype_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Buffer {
-    with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| kind.apply(r))))
+    with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| vectorized!(kind.apply(r)))))
 }
 
 fn sum_kernel(a: &KernelArgs) -> KResult {
@@ -250,8 +258,8 @@ fn reduce_rows_plan(a: &MetaArgs) -> Option<(usize, usize)> {
 fn prepare_reduce(a: &RowArgs, name: &str) -> Result<RowFn, String> {
     let kind = RowReduce::of(name, a.attrs).ok_or_else(|| format!("{name} has no row form"))?;
     let n = a.row;
-    with_float!(a.input, T => Ok(Box::new(move |b: &Buffer| {
-        rows_block::<T, T>(b, n, 1, |r, o| o[0] = kind.apply(r))
+    with_float!(a.input, T => Ok(Box::new(move |b: Elements| {
+        rows_block::<T, T>(b, n, 1, |r, o| o[0] = vectorized!(kind.apply(r)))
     })))
 }
 

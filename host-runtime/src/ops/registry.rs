@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use super::attrs::{AttrSpec, ResolvedAttrs};
 use crate::device::cost::OpCost;
-use crate::tensor::{Buffer, DType, Layout, Tensor, TensorMeta};
+use crate::tensor::{Buffer, DType, Elements, Layout, Tensor, TensorMeta};
 
 /// What an op's kernel is handed.
 pub struct KernelArgs<'a> {
@@ -48,8 +48,8 @@ pub enum Exec {
 /// What an elementwise op's block kernel is handed.
 pub struct PointwiseArgs<'a> {
     /// Dense operand blocks of one length, already converted to the dtypes that
-    /// [`Pointwise::operands`] gave.
-    pub inputs: &'a [&'a Buffer],
+    /// [`Pointwise::operands`] gave (borrowed, so that a dense input is read in place).
+    pub inputs: &'a [Elements<'a>],
     /// Resolved attributes.
     pub attrs: &'a ResolvedAttrs,
     /// The output dtype.
@@ -84,7 +84,7 @@ pub struct RowArgs<'a> {
 }
 
 /// Maps a dense block of whole input rows to the matching block of output rows.
-pub type RowFn = Box<dyn Fn(&Buffer) -> Buffer + Send + Sync>;
+pub type RowFn = Box<dyn Fn(Elements) -> Buffer + Send + Sync>;
 
 /// The per-row form of an op that maps each row of its first input's trailing dims to one row
 /// of its output (softmax, the norms, reductions over trailing dims). Fused kernels use it to

@@ -100,6 +100,93 @@ impl Buffer {
     }
 }
 
+/// A borrowed run of elements of one dtype: the slice form of [`Buffer`], so kernels can read
+/// a tensor's storage or a buffer alike without copying.
+#[derive(Clone, Copy, Debug)]
+pub enum Elements<'a> {
+    /// `f32` elements.
+    F32(&'a [f32]),
+    /// `bf16` elements.
+    Bf16(&'a [bf16]),
+    /// `f16` elements.
+    F16(&'a [f16]),
+    /// `f64` elements.
+    F64(&'a [f64]),
+    /// `i64` elements.
+    I64(&'a [i64]),
+    /// `i32` elements.
+    I32(&'a [i32]),
+    /// `u8` elements.
+    U8(&'a [u8]),
+    /// `bool` elements.
+    Bool(&'a [bool]),
+}
+
+impl Elements<'_> {
+    /// The dtype of the elements.
+    pub fn dtype(self) -> DType {
+        match self {
+            Elements::F32(_) => DType::F32,
+            Elements::Bf16(_) => DType::Bf16,
+            Elements::F16(_) => DType::F16,
+            Elements::F64(_) => DType::F64,
+            Elements::I64(_) => DType::I64,
+            Elements::I32(_) => DType::I32,
+            Elements::U8(_) => DType::U8,
+            Elements::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(self) -> usize {
+        match self {
+            Elements::F32(v) => v.len(),
+            Elements::Bf16(v) => v.len(),
+            Elements::F16(v) => v.len(),
+            Elements::F64(v) => v.len(),
+            Elements::I64(v) => v.len(),
+            Elements::I32(v) => v.len(),
+            Elements::U8(v) => v.len(),
+            Elements::Bool(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// An owned copy.
+    pub fn to_buffer(self) -> Buffer {
+        match self {
+            Elements::F32(v) => Buffer::F32(v.to_vec()),
+            Elements::Bf16(v) => Buffer::Bf16(v.to_vec()),
+            Elements::F16(v) => Buffer::F16(v.to_vec()),
+            Elements::F64(v) => Buffer::F64(v.to_vec()),
+            Elements::I64(v) => Buffer::I64(v.to_vec()),
+            Elements::I32(v) => Buffer::I32(v.to_vec()),
+            Elements::U8(v) => Buffer::U8(v.to_vec()),
+            Elements::Bool(v) => Buffer::Bool(v.to_vec()),
+        }
+    }
+}
+
+impl Buffer {
+    /// The elements, borrowed.
+    pub fn elements(&self) -> Elements<'_> {
+        match self {
+            Buffer::F32(v) => Elements::F32(v),
+            Buffer::Bf16(v) => Elements::Bf16(v),
+            Buffer::F16(v) => Elements::F16(v),
+            Buffer::F64(v) => Elements::F64(v),
+            Buffer::I64(v) => Elements::I64(v),
+            Buffer::I32(v) => Elements::I32(v),
+            Buffer::U8(v) => Elements::U8(v),
+            Buffer::Bool(v) => Elements::Bool(v),
+        }
+    }
+}
+
 /// A Rust element type that a [`Buffer`] can hold.
 ///
 /// Conversions go through f64 for floats and i64 for integers so that casts follow PyTorch:
@@ -109,6 +196,10 @@ pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     const DTYPE: DType;
     /// The elements of `buffer` when it holds this type.
     fn slice(buffer: &Buffer) -> Option<&[Self]>;
+    /// The borrowed elements when they are of this type.
+    fn of(elements: Elements<'_>) -> Option<&[Self]>;
+    /// Borrows a slice of this type as [`Elements`].
+    fn elements(v: &[Self]) -> Elements<'_>;
     /// Wraps a vector into a buffer.
     fn into_buffer(v: Vec<Self>) -> Buffer;
     /// The value as f64 (exact for every type but i64 above 2^53).
@@ -142,6 +233,15 @@ macro_rules! element_float {
                     Buffer::$dt(v) => Some(v),
                     _ => None,
                 }
+            }
+            fn of(elements: Elements<'_>) -> Option<&[Self]> {
+                match elements {
+                    Elements::$dt(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn elements(v: &[Self]) -> Elements<'_> {
+                Elements::$dt(v)
             }
             fn into_buffer(v: Vec<Self>) -> Buffer {
                 Buffer::$dt(v)
@@ -198,6 +298,15 @@ macro_rules! element_int {
                     _ => None,
                 }
             }
+            fn of(elements: Elements<'_>) -> Option<&[Self]> {
+                match elements {
+                    Elements::$dt(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn elements(v: &[Self]) -> Elements<'_> {
+                Elements::$dt(v)
+            }
             fn into_buffer(v: Vec<Self>) -> Buffer {
                 Buffer::$dt(v)
             }
@@ -229,6 +338,15 @@ impl Element for bool {
             Buffer::Bool(v) => Some(v),
             _ => None,
         }
+    }
+    fn of(elements: Elements<'_>) -> Option<&[Self]> {
+        match elements {
+            Elements::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn elements(v: &[Self]) -> Elements<'_> {
+        Elements::Bool(v)
     }
     fn into_buffer(v: Vec<Self>) -> Buffer {
         Buffer::Bool(v)

@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use dtype::{Category, DType, UnknownDType};
-pub use element::{Buffer, Element};
+pub use element::{Buffer, Element, Elements};
 pub(crate) use format::{element_texts, shown};
 pub use format::{format_tensor, FormatOptions};
 pub use layout::{

@@ -46,26 +46,27 @@ pub(crate) fn coalesce<const N: usize>(
     (out_shape, out_strides)
 }
 
-/// Visits elements `start..end` (row-major positions in `shape`), calling `f(i, offsets)` where `i`
-/// counts from 0 at `start`.
-pub(crate) fn visit_range<const N: usize>(
+/// Visits elements `start..end` (row-major positions in `shape`) in runs along the innermost
+/// dim, calling `f(i, len, offsets)` for each run of `len` elements whose first element is at
+/// `offsets` and is position `start + i`. Within a run, operand `k` advances by its innermost
+/// stride, `strides[k].last()`.
+pub(crate) fn visit_runs<const N: usize>(
     shape: &[usize],
     strides: &[Vec<usize>; N],
     base: [usize; N],
     start: usize,
     end: usize,
-    mut f: impl FnMut(usize, [usize; N]),
+    mut f: impl FnMut(usize, usize, [usize; N]),
 ) {
     if start >= end {
         return;
     }
     if shape.is_empty() {
-        f(0, base);
+        f(0, 1, base);
         return;
     }
     let rank = shape.len();
     let inner = shape[rank - 1];
-    let inner_strides: [usize; N] = std::array::from_fn(|k| strides[k][rank - 1]);
     // Multi-index of `start`.
     let mut index = vec![0usize; rank];
     let mut rem = start;
@@ -74,9 +75,8 @@ pub(crate) fn visit_range<const N: usize>(
         rem /= shape[d];
     }
     let mut pos = start;
-    let mut i = 0;
     while pos < end {
-        let mut offs: [usize; N] = std::array::from_fn(|k| {
+        let offs: [usize; N] = std::array::from_fn(|k| {
             base[k]
                 + index
                     .iter()
@@ -85,13 +85,7 @@ pub(crate) fn visit_range<const N: usize>(
                     .sum::<usize>()
         });
         let run = (inner - index[rank - 1]).min(end - pos);
-        for _ in 0..run {
-            f(i, offs);
-            i += 1;
-            for k in 0..N {
-                offs[k] += inner_strides[k];
-            }
-        }
+        f(pos - start, run, offs);
         pos += run;
         // Advance the odometer past the finished row.
         index[rank - 1] = 0;
@@ -105,6 +99,32 @@ pub(crate) fn visit_range<const N: usize>(
             index[d] = 0;
         }
     }
+}
+
+/// The innermost stride of each operand (0 for a zero-dim loop): how far a run advances.
+pub(crate) fn inner_strides<const N: usize>(strides: &[Vec<usize>; N]) -> [usize; N] {
+    std::array::from_fn(|k| strides[k].last().copied().unwrap_or(0))
+}
+
+/// Visits elements `start..end` (row-major positions in `shape`), calling `f(i, offsets)` where `i`
+/// counts from 0 at `start`.
+pub(crate) fn visit_range<const N: usize>(
+    shape: &[usize],
+    strides: &[Vec<usize>; N],
+    base: [usize; N],
+    start: usize,
+    end: usize,
+    mut f: impl FnMut(usize, [usize; N]),
+) {
+    let inner = inner_strides(strides);
+    visit_runs(shape, strides, base, start, end, |i, len, mut offs| {
+        for j in 0..len {
+            f(i + j, offs);
+            for k in 0..N {
+                offs[k] += inner[k];
+            }
+        }
+    });
 }
 
 /// Calls `f(offsets)` for every element of `shape`, in row-major order.
@@ -123,22 +143,35 @@ pub fn for_each<const N: usize>(
 /// positions `start..start + chunk.len()`). Chunks run in parallel for large `n`, and each
 /// checks the calling thread's cancel token first (see [`crate::cancel`]).
 pub fn fill<U: Send>(n: usize, f: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+    fill_weighted(n, 1, f)
+}
+
+/// [`fill`] for values that each cost about `weight` elements of work (a reduction's row
+/// length): chunks hold about 16K elements of work, and the loop goes parallel when the
+/// total work reaches [`PARALLEL_THRESHOLD`].
+pub fn fill_weighted<U: Send>(
+    n: usize,
+    weight: usize,
+    f: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
     let token = Token::current();
+    let weight = weight.max(1);
+    let chunk = (CHUNK / weight).max(1);
     let mut out: Vec<U> = Vec::with_capacity(n);
-    let run = |chunk_index: usize, chunk: &mut [MaybeUninit<U>]| {
+    let run = |chunk_index: usize, slots: &mut [MaybeUninit<U>]| {
         token.check();
-        f(chunk_index * CHUNK, chunk);
+        f(chunk_index * chunk, slots);
     };
     let spare = &mut out.spare_capacity_mut()[..n];
-    if n < PARALLEL_THRESHOLD {
-        for (ci, chunk) in spare.chunks_mut(CHUNK).enumerate() {
-            run(ci, chunk);
+    if n.saturating_mul(weight) < PARALLEL_THRESHOLD || n <= chunk {
+        for (ci, slots) in spare.chunks_mut(chunk).enumerate() {
+            run(ci, slots);
         }
     } else {
         spare
-            .par_chunks_mut(CHUNK)
+            .par_chunks_mut(chunk)
             .enumerate()
-            .for_each(|(ci, chunk)| run(ci, chunk));
+            .for_each(|(ci, slots)| run(ci, slots));
     }
     // SAFETY: `f` writes every slot of every chunk (its contract), so all `n` slots are
     // initialized; a cancelled or panicking chunk unwinds past this line, and the vector is
@@ -156,9 +189,20 @@ pub fn map<const N: usize, U: Send>(
     offsets: [usize; N],
     f: impl Fn([usize; N]) -> U + Sync,
 ) -> Vec<U> {
+    map_weighted(shape, strides, offsets, 1, f)
+}
+
+/// [`map`] for values that each cost about `weight` elements of work (see [`fill_weighted`]).
+pub fn map_weighted<const N: usize, U: Send>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    weight: usize,
+    f: impl Fn([usize; N]) -> U + Sync,
+) -> Vec<U> {
     let numel: usize = shape.iter().product();
     let (shape, strides) = coalesce(shape, strides);
-    fill(numel, |start, chunk| {
+    fill_weighted(numel, weight, |start, chunk| {
         visit_range(
             &shape,
             &strides,
@@ -168,6 +212,33 @@ pub fn map<const N: usize, U: Send>(
             |i, o| {
                 chunk[i].write(f(o));
             },
+        );
+    })
+}
+
+/// Builds a row-major vector with one value per element of `shape` a run at a time:
+/// `f(out, offsets, steps)` writes every slot of `out`, a run of consecutive output positions
+/// along the innermost (merged) dim, whose first elements are at `offsets` in the N operands
+/// and whose next ones are `steps` further on. Kernels specialize the common steps (1 for a
+/// contiguous operand, 0 for a broadcast one) into tight loops that vectorize. Runs in parallel
+/// chunks for large shapes.
+pub fn map_runs<const N: usize, U: Send>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    f: impl Fn(&mut [MaybeUninit<U>], [usize; N], [usize; N]) + Sync,
+) -> Vec<U> {
+    let numel: usize = shape.iter().product();
+    let (shape, strides) = coalesce(shape, strides);
+    let steps = inner_strides(&strides);
+    fill(numel, |start, chunk| {
+        visit_runs(
+            &shape,
+            &strides,
+            offsets,
+            start,
+            start + chunk.len(),
+            |i, len, offs| f(&mut chunk[i..i + len], offs, steps),
         );
     })
 }
