@@ -234,6 +234,9 @@ enum Tap {
 }
 
 /// What a fused kernel computes.
+// One per fused kernel, built when the graph compiles and never moved on a hot path, so the
+// size of its largest variant costs nothing worth an indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Body {
     /// Elementwise ops in one loop; the outputs are the chain's results.

@@ -1008,7 +1008,8 @@ mod tests {
     #[test]
     fn vectorized_kernels_match_the_element_functions_on_tails_and_views() {
         let rt = runtime();
-        let unary: [(&str, Attrs, fn(f32) -> f32); 4] = [
+        type Case = (&'static str, Attrs, fn(f32) -> f32);
+        let unary: [Case; 4] = [
             ("exp", Attrs::new(), super::super::vmath::exp_f32),
             ("tanh", Attrs::new(), super::super::vmath::tanh_f32),
             ("sigmoid", Attrs::new(), |x| {

@@ -254,7 +254,7 @@ fn stack_kernel(a: &KernelArgs) -> KResult {
 fn pads(a: &MetaArgs) -> Result<Vec<(usize, usize)>, String> {
     let x = &a.inputs[0];
     let p = a.attrs.ints("pad");
-    if p.len() % 2 != 0 || p.len() / 2 > x.shape.len() {
+    if !p.len().is_multiple_of(2) || p.len() / 2 > x.shape.len() {
         return Err(format!(
             "pad {p:?} must hold (before, after) pairs for at most {} dims, last dim first",
             x.shape.len()

@@ -140,14 +140,8 @@ fn exp_parts(x: f32) -> (f32, i32) {
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     // e^89 overflows and e^-104 rounds to 0; clamping keeps k in [-150, 128], where each half
-    // of it gives a normal power of two. (Written with comparisons so that NaN passes through.)
-    let x = if x > 89.0 {
-        89.0
-    } else if x < -104.0 {
-        -104.0
-    } else {
-        x
-    };
+    // of it gives a normal power of two. (`clamp` passes NaN through.)
+    let x = x.clamp(-104.0, 89.0);
     let (e_r, k) = exp_parts(x);
     let k_half = k >> 1;
     let two_to = |e: i32| f32::from_bits(((e + 127) as u32) << 23);

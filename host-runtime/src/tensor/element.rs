@@ -79,7 +79,7 @@ impl Buffer {
     /// Parses little-endian bytes as `dtype` elements. `None` when the length is not a multiple
     /// of the element size.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Buffer> {
-        if bytes.len() % dtype.size() != 0 {
+        if !bytes.len().is_multiple_of(dtype.size()) {
             return None;
         }
         fn parse<T, const W: usize>(b: &[u8], f: impl Fn([u8; W]) -> T) -> Vec<T> {

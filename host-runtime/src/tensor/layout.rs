@@ -329,7 +329,7 @@ impl Layout {
         }
         let mut shape: Shape = requested.iter().map(|&d| d.max(0) as usize).collect();
         match infer_at {
-            Some(i) if known != 0 && numel % known == 0 => shape[i] = numel / known,
+            Some(i) if known != 0 && numel.is_multiple_of(known) => shape[i] = numel / known,
             None if known == numel => {}
             _ => {
                 return err(format!(

@@ -127,7 +127,8 @@ fn split(jobs: &[Job], n: usize, k: usize, threads: usize) -> Vec<Task> {
     let largest = jobs.iter().map(|j| macs(j.rows)).max().unwrap_or(0);
     let whole_jobs = threads <= 1
         || total < SERIAL_MACS
-        || (jobs.len() >= threads && (jobs.len() % threads == 0 || largest < SMALL_PRODUCT_MACS));
+        || (jobs.len() >= threads
+            && (jobs.len().is_multiple_of(threads) || largest < SMALL_PRODUCT_MACS));
     let mut tasks = Vec::new();
     let mut first_row = 0;
     for &job in jobs {
