@@ -153,7 +153,8 @@ pub fn exp_f32(x: f32) -> f32 {
 #[inline(always)]
 fn exp_f32_normal(x: f32) -> f32 {
     let (e_r, k) = exp_parts(x);
-    f32::from_bits((e_r.to_bits() as i32 + (k << 23)) as u32)
+    // Wrapping, as in release builds: a NaN input gives NaN bits whatever k is.
+    f32::from_bits(e_r.to_bits().wrapping_add((k << 23) as u32))
 }
 
 /// `(tanh(x)/x - 1) / x^2` as a polynomial in x^2 on |x| <= atanh(1/2), lowest degree first:
