@@ -16,7 +16,7 @@ the f32 -> bf16 cast with ml_dtypes (f32 -> f16 when ml_dtypes is missing, said 
 
 A benchmark, not a test:  cargo build --release -p neuronlab-repl
                           pip install -r bench/requirements.txt
-                          python3 bench/compare.py [--binary PATH] [--rounds 3] [--filter S]
+                          python3 bench/compare.py [--binary PATH] [--rounds 5] [--filter S]
 Progress goes to stderr, the machine and the table to stdout. Run it on an idle machine: other
 work slows multi-threaded code most (a BLAS call waits until its second thread is scheduled),
 and the output prints the load average before and after.
@@ -241,6 +241,12 @@ def fmt_time(s: float | None) -> str:
     return f"{s:.3g} s"
 
 
+def spread(*sides: list[float]) -> str:
+    """How far apart the rounds' medians are: the largest max / min of any side."""
+    ratios = [max(v) / min(v) for v in sides if len(v) > 1]
+    return f"{max(ratios):.2f}" if ratios else "-"
+
+
 def rate(work: tuple[str, float] | None, seconds: float) -> str:
     """Throughput of one call taking `seconds`, in the unit of its kind of work."""
     if work is None:
@@ -324,7 +330,7 @@ def main() -> None:
     parser.add_argument("--binary", type=Path, default=default_binary(),
                         help="the neuronlab binary (default: $CARGO_TARGET_DIR or target, "
                              "then release/neuronlab)")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of (neuronlab, numpy) per case; the table shows medians")
     parser.add_argument("--filter", default=None,
                         help="only rows whose case id contains this")
@@ -394,8 +400,11 @@ def main() -> None:
           f"median (one warm-up, then runs filling ~{BUDGET_S} s, {MIN_REPS}..{MAX_REPS} runs)")
     print("  ratio: numpy / neuronlab (> 1: neuronlab faster); bf16 rows: our f32 / our bf16; "
           "eager / compiled row: our eager / our compiled")
-    header = ("case", "neuronlab", "numpy", "ratio", "target", "met?", "neuronlab rate")
-    widths = (31, 10, 10, 7, 17, 4, 15)
+    print("  spread: the largest max / min of the rounds' medians, of either side; far above 1 "
+          "means something else on the machine got in the way of that row")
+    header = ("case", "neuronlab", "numpy", "ratio", "target", "met?", "spread",
+              "neuronlab rate")
+    widths = (31, 10, 10, 7, 17, 4, 7, 15)
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
     print(line.rstrip())
     print("-" * len(line.rstrip()))
@@ -430,6 +439,8 @@ def main() -> None:
             f"{ratio:.2f}" if ratio is not None else "-",
             target,
             met,
+            spread(ours[r.case], theirs[r.case] if their_s is not None else [],
+                   ours[r.sibling] if r.sibling is not None else []),
             rate(work.get(r.case), ours_s) if r.judge != "eager" else "",
         )
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
