@@ -1,15 +1,18 @@
 //! The eager runtime: dispatches registry ops on simulated cores, accounts memory, measures host
 //! time, models device time, and publishes one `Op` event per call.
 
+use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
+
+use smallvec::SmallVec;
 
 use crate::cancel::Cancelled;
 use crate::compile::recorder::ProgramCache;
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
-use crate::device::memory::{DeviceMemory, MemoryError};
+use crate::device::memory::{Allocation, DeviceMemory, MemoryError};
 use crate::device::topology::{CoreId, Topology};
 use crate::error::{Error, Result};
 use crate::events::{EventBus, EventKind, OpEvent, TensorSig};
@@ -249,7 +252,7 @@ impl Runtime {
             }
             Exec::Compute(kernel) => {
                 // Reserve before computing, so an oversized request fails without touching RAM.
-                let mut allocations = Vec::with_capacity(out_metas.len());
+                let mut allocations = SmallVec::<[Allocation; 2]>::new();
                 for m in &out_metas {
                     let bytes = checked_numel(&m.shape)
                         .and_then(|n| n.checked_mul(m.dtype.size()))
@@ -282,13 +285,14 @@ impl Runtime {
         let host_us = started.elapsed().as_secs_f64() * 1e6;
         let cost = (def.cost)(&meta_args, &out_metas);
         let modeled = self.cost.modeled(&cost);
+        // The metas move into the event: no copies of shapes on every op's path.
         self.bus.publish_at(
             core,
             start_us,
             EventKind::Op(OpEvent {
-                name: def.name.to_string(),
-                inputs: metas.iter().map(sig).collect(),
-                outputs: out_metas.iter().map(sig).collect(),
+                name: Cow::Borrowed(def.name),
+                inputs: metas.into_iter().map(TensorSig::from).collect(),
+                outputs: out_metas.into_iter().map(TensorSig::from).collect(),
                 flops: cost.flops,
                 bytes: cost.bytes_read + cost.bytes_written,
                 host_us,
@@ -316,13 +320,6 @@ pub(crate) fn guarded<R>(name: &str, kernel: impl FnOnce() -> R) -> Result<R> {
             "internal error in {name}: {what}; the session is intact, but please report this"
         ))
     })
-}
-
-fn sig(m: &TensorMeta) -> TensorSig {
-    TensorSig {
-        shape: m.shape.clone(),
-        dtype: m.dtype,
-    }
 }
 
 fn check_input_count(def: &OpDef, n: usize) -> Result<(), String> {

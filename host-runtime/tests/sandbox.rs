@@ -231,6 +231,12 @@ fn out_of_bounds_and_overflowing_pointers_are_errors() {
         call_i32(&mut g, "truncated_attrs", &[]),
         ErrorCode::Invalid as i32
     );
+    assert_eq!(call_i32(&mut g, "output_out_of_bounds", &[]), bounds);
+    assert_eq!(
+        g.live_tensors(),
+        0,
+        "an unwritable output handle is not issued"
+    );
     s.assert_healthy();
 }
 

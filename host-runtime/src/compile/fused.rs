@@ -650,7 +650,7 @@ impl Fused {
             core,
             start_us,
             EventKind::Op(OpEvent {
-                name: self.name.clone(),
+                name: self.name.clone().into(),
                 inputs: self.input_metas.iter().map(sig).collect(),
                 outputs: self.output_metas.iter().map(sig).collect(),
                 flops: self.cost.parts.iter().map(|p| p.flops).sum(),

@@ -309,7 +309,7 @@ fn modeled_since(rt: &Runtime, seq: u64) -> (f64, usize, Vec<String>) {
     (
         ops.iter().map(|o| o.modeled.total_s).sum(),
         ops.len(),
-        ops.iter().map(|o| o.name.clone()).collect(),
+        ops.iter().map(|o| o.name.to_string()).collect(),
     )
 }
 

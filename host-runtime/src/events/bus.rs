@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use super::event::{Event, EventKind};
@@ -22,12 +22,16 @@ pub struct SubscriptionId(u64);
 
 type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// The recent events, oldest first, in `seq` order.
+/// The recent events, oldest first, in `seq` order, and who else wants them.
 struct Recorder {
     events: VecDeque<Event>,
     capacity: usize,
     next_seq: u64,
     dropped: u64,
+    // Copy-on-write under the one lock that publishing takes anyway: publish clones the Arc
+    // (no allocation) only when there are subscribers and calls them unlocked, so a
+    // subscriber may itself subscribe or read the bus.
+    subscribers: Arc<[(SubscriptionId, Subscriber)]>,
 }
 
 impl Recorder {
@@ -48,9 +52,6 @@ impl Recorder {
 pub struct EventBus {
     epoch: Instant,
     recorder: Mutex<Recorder>,
-    // Copy-on-write: publish clones the Arc (no allocation) and calls subscribers unlocked,
-    // so a subscriber may itself subscribe or read the bus.
-    subscribers: RwLock<Arc<[(SubscriptionId, Subscriber)]>>,
     next_subscription: AtomicU64,
 }
 
@@ -69,8 +70,8 @@ impl EventBus {
                 capacity,
                 next_seq: 0,
                 dropped: 0,
+                subscribers: Arc::new([]),
             }),
-            subscribers: RwLock::new(Arc::new([])),
             next_subscription: AtomicU64::new(0),
         }
     }
@@ -94,12 +95,6 @@ impl EventBus {
     /// Publishes an event that started at `start_us` (from [`EventBus::now_us`]), so that
     /// spans measured by the caller line up in traces. Returns its `seq`.
     pub fn publish_at(&self, core: CoreId, start_us: f64, kind: EventKind) -> u64 {
-        let subscribers = Arc::clone(
-            &self
-                .subscribers
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
         let mut recorder = self.recorder();
         let seq = recorder.next_seq;
         recorder.next_seq += 1;
@@ -109,10 +104,11 @@ impl EventBus {
             core,
             kind,
         };
-        if subscribers.is_empty() {
+        if recorder.subscribers.is_empty() {
             recorder.push(event);
             return seq;
         }
+        let subscribers = Arc::clone(&recorder.subscribers);
         recorder.push(event.clone());
         drop(recorder);
         for (_, subscriber) in subscribers.iter() {
@@ -125,30 +121,25 @@ impl EventBus {
     /// Events from different threads may reach it out of `seq` order.
     pub fn subscribe(&self, subscriber: Box<dyn Fn(&Event) + Send + Sync>) -> SubscriptionId {
         let id = SubscriptionId(self.next_subscription.fetch_add(1, Ordering::Relaxed));
-        let mut subscribers = self
-            .subscribers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut list = subscribers.to_vec();
+        let mut recorder = self.recorder();
+        let mut list = recorder.subscribers.to_vec();
         list.push((id, Arc::from(subscriber)));
-        *subscribers = list.into();
+        recorder.subscribers = list.into();
         id
     }
 
     /// Ends a subscription. Returns false when it had already ended.
     pub fn unsubscribe(&self, id: SubscriptionId) -> bool {
-        let mut subscribers = self
+        let mut recorder = self.recorder();
+        let before = recorder.subscribers.len();
+        let list: Vec<_> = recorder
             .subscribers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let before = subscribers.len();
-        let list: Vec<_> = subscribers
             .iter()
             .filter(|(s, _)| *s != id)
             .cloned()
             .collect();
-        *subscribers = list.into();
-        subscribers.len() != before
+        recorder.subscribers = list.into();
+        recorder.subscribers.len() != before
     }
 
     /// The recorded events, oldest first.

@@ -4,12 +4,13 @@
 //! Serialized flat, with the kind as a tag: `{"seq": 3, "ts_us": 12.5, "core": 0,
 //! "kind": "op", "name": "matmul", ...}`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::device::{CoreId, ModeledTime};
-use crate::tensor::DType;
+use crate::tensor::{DType, TensorMeta};
 
 /// One thing that happened, stamped by the [`super::EventBus`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +116,15 @@ pub struct TensorSig {
     pub dtype: DType,
 }
 
+impl From<TensorMeta> for TensorSig {
+    fn from(m: TensorMeta) -> TensorSig {
+        TensorSig {
+            shape: m.shape,
+            dtype: m.dtype,
+        }
+    }
+}
+
 impl fmt::Display for TensorSig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}[", self.dtype)?;
@@ -131,8 +141,9 @@ impl fmt::Display for TensorSig {
 /// An eager op.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpEvent {
-    /// The registry name (`matmul`, `add`, ...).
-    pub name: String,
+    /// The registry name (`matmul`, `add`, ...), or a fused kernel's name. Borrowed for
+    /// registry ops, so publishing one allocates no name.
+    pub name: Cow<'static, str>,
     /// Its inputs.
     pub inputs: Vec<TensorSig>,
     /// Its outputs.

@@ -73,7 +73,7 @@ impl Summary {
                     summary.modeled_s += modeled_s;
                     *summary.bounds.entry(op.modeled.bound).or_default() += 1;
                     let total = per_op.entry(&op.name).or_insert_with(|| OpTotal {
-                        name: op.name.clone(),
+                        name: op.name.to_string(),
                         count: 0,
                         host_s: 0.0,
                         modeled_s: 0.0,
@@ -236,7 +236,7 @@ pub(crate) mod tests {
             ts_us: seq as f64 * 100.0,
             core: CoreId(core),
             kind: EventKind::Op(OpEvent {
-                name: name.into(),
+                name: name.to_string().into(),
                 inputs: vec![sig.clone(), sig.clone()],
                 outputs: vec![sig],
                 flops: 1024.0,

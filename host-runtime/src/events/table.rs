@@ -26,7 +26,7 @@ pub fn op_table(events: &[Event]) -> String {
             };
             rows.push([
                 rows.len().to_string(),
-                op.name.clone(),
+                op.name.to_string(),
                 format!("{} -> {}", sigs(&op.inputs), sigs(&op.outputs)),
                 duration_us(op.host_us),
                 duration_us(op.modeled.total_s * 1e6),

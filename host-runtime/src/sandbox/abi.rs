@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use smallvec::SmallVec;
 use wasmtime::{Caller, Extern, Linker, StoreLimits};
 
 use super::attrs;
@@ -148,6 +149,9 @@ pub struct GuestState {
     pub(super) vars: Arc<VarStore>,
     pub(super) call_started: Instant,
     started: Instant,
+    /// The guest's exported memory, found on the first access (a lookup by name costs more
+    /// than a small op).
+    memory: Option<wasmtime::Memory>,
 }
 
 impl GuestState {
@@ -177,6 +181,7 @@ impl GuestState {
             vars,
             call_started: Instant::now(),
             started: Instant::now(),
+            memory: None,
         }
     }
 }
@@ -225,8 +230,14 @@ fn range(mem_len: usize, ptr: i32, len: i32) -> HostResult<std::ops::Range<usize
 }
 
 fn memory(caller: &mut Ctx) -> HostResult<wasmtime::Memory> {
+    if let Some(m) = caller.data().memory {
+        return Ok(m);
+    }
     match caller.get_export("memory") {
-        Some(Extern::Memory(m)) => Ok(m),
+        Some(Extern::Memory(m)) => {
+            caller.data_mut().memory = Some(m);
+            Ok(m)
+        }
         _ => Err(Fail(
             ErrorCode::Invalid,
             "the guest does not export its linear memory as `memory`".into(),
@@ -392,45 +403,57 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
             ),
         ));
     }
-    let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
-    let attrs = attrs::decode(&read(caller, attrs_ptr, attrs_len)?)
-        .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
-    let outputs: Vec<GuestValue> = if caller.data().tracing.recording() {
-        let id = OpId(id as u32);
-        caller.data_mut().tracing.record(id, &inputs, &attrs)?
-    } else {
-        let tensors: Vec<Tensor> = inputs
-            .into_iter()
-            .map(|v| match v {
-                GuestValue::Eager(t) => Ok(t),
-                GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
-                GuestValue::Dist(d) => Err(d.not_a_tensor()),
-                GuestValue::Traced(_) => Err(Fail(
-                    ErrorCode::Handle,
-                    "a traced tensor was used outside its recording".into(),
-                )),
+    if caller.data().tracing.recording() {
+        let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
+        let attrs = attrs::decode(&read(caller, attrs_ptr, attrs_len)?)
+            .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
+        let outputs = caller
+            .data_mut()
+            .tracing
+            .record(OpId(id as u32), &inputs, &attrs)?;
+        return write_new_handles(caller, outputs, outputs_ptr);
+    }
+    // The eager path borrows the input tensors from the handle table, straight from the
+    // handles in guest memory: a tiny op should cost little more than its kernel.
+    check_input_count(n_inputs)?;
+    let mem = memory(caller)?;
+    let outputs = {
+        let (data, state) = mem.data_and_store_mut(&mut *caller);
+        let state = &*state;
+        let handles = &data[range(data.len(), inputs_ptr, n_inputs * 4)?];
+        let attrs = attrs::decode(&data[range(data.len(), attrs_ptr, attrs_len)?])
+            .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
+        let inputs = handles
+            .chunks_exact(4)
+            .map(|c| {
+                let h = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+                state.handles.get(h)?.as_eager()
             })
-            .collect::<HostResult<_>>()?;
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        let state = caller.data();
+            .collect::<HostResult<SmallVec<[&Tensor; 4]>>>()?;
         crate::cancel::with_token(state.interrupt.clone(), || {
-            state.runtime.call_on(def, &refs, &attrs, state.core)
+            state.runtime.call_on(def, &inputs, &attrs, state.core)
         })?
-        .into_iter()
-        .map(GuestValue::Eager)
-        .collect()
     };
-    write_new_handles(caller, outputs, outputs_ptr)
+    write_new_handles(
+        caller,
+        outputs.into_iter().map(GuestValue::Eager),
+        outputs_ptr,
+    )
 }
 
-/// The values behind `n` handles (`u32`s) at `ptr`.
-pub(super) fn read_handles(caller: &mut Ctx, ptr: i32, n: i32) -> HostResult<Vec<GuestValue>> {
+fn check_input_count(n: i32) -> HostResult<()> {
     if n < 0 || n as usize > MAX_INPUTS {
         return Err(Fail(
             ErrorCode::Invalid,
             format!("n_inputs {n} is outside 0..={MAX_INPUTS}"),
         ));
     }
+    Ok(())
+}
+
+/// The values behind `n` handles (`u32`s) at `ptr`.
+pub(super) fn read_handles(caller: &mut Ctx, ptr: i32, n: i32) -> HostResult<Vec<GuestValue>> {
+    check_input_count(n)?;
     let raw = read(caller, ptr, n * 4)?;
     raw.chunks_exact(4)
         .map(|c| {
@@ -443,25 +466,36 @@ pub(super) fn read_handles(caller: &mut Ctx, ptr: i32, n: i32) -> HostResult<Vec
 }
 
 /// Gives the guest new handles to `values`, written as `u32`s at `ptr`; returns their count.
-/// When the write fails, the handles are freed again, so nothing leaks that the guest cannot
+/// Nothing is issued unless every handle is written, so nothing leaks that the guest cannot
 /// learn about.
 pub(super) fn write_new_handles(
     caller: &mut Ctx,
-    values: Vec<GuestValue>,
+    values: impl IntoIterator<Item = GuestValue, IntoIter: ExactSizeIterator>,
     ptr: i32,
 ) -> HostResult<i32> {
-    let mut handles = Vec::with_capacity(values.len());
-    for v in values {
-        handles.push(caller.data_mut().handles.insert(v)?);
-    }
-    let bytes: Vec<u8> = handles.iter().flat_map(|h| h.to_le_bytes()).collect();
-    if let Err(e) = write(caller, ptr, &bytes) {
-        for h in handles {
-            let _ = caller.data_mut().handles.remove(h);
+    let values = values.into_iter();
+    let n = values.len();
+    let mem = memory(caller)?;
+    let (data, state) = mem.data_and_store_mut(&mut *caller);
+    let len = i32::try_from(n * 4).unwrap_or(i32::MAX);
+    let out = range(data.len(), ptr, len)?;
+    let out = &mut data[out];
+    let mut issued = SmallVec::<[u32; 4]>::new();
+    for (v, slot) in values.zip(out.chunks_exact_mut(4)) {
+        match state.handles.insert(v) {
+            Ok(h) => {
+                slot.copy_from_slice(&h.to_le_bytes());
+                issued.push(h);
+            }
+            Err(e) => {
+                for h in issued {
+                    let _ = state.handles.remove(h);
+                }
+                return Err(e.into());
+            }
         }
-        return Err(e);
     }
-    Ok(handles.len() as i32)
+    Ok(n as i32)
 }
 
 /// Defines every import of [`IMPORTS`] on `linker`.

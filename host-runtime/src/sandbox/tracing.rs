@@ -37,6 +37,21 @@ pub enum GuestValue {
     Dist(DistValue),
 }
 
+impl GuestValue {
+    /// The real tensor, or why this value is not one.
+    pub(super) fn as_eager(&self) -> HostResult<&Tensor> {
+        match self {
+            GuestValue::Eager(t) => Ok(t),
+            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
+            GuestValue::Dist(d) => Err(d.not_a_tensor()),
+            GuestValue::Traced(_) => Err(Fail(
+                ErrorCode::Handle,
+                "a traced tensor was used outside its recording".into(),
+            )),
+        }
+    }
+}
+
 /// Why a recording is active.
 enum Kind {
     /// `lazy_begin` .. `lazy_end`.
@@ -291,18 +306,7 @@ fn enter(c: &mut Ctx, fn_index: u32, args: Vec<GuestValue>) -> Result<Vec<GuestV
 }
 
 fn eager_tensors(values: Vec<GuestValue>) -> HostResult<Vec<Tensor>> {
-    values
-        .into_iter()
-        .map(|v| match v {
-            GuestValue::Eager(t) => Ok(t),
-            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
-            GuestValue::Dist(d) => Err(d.not_a_tensor()),
-            GuestValue::Traced(_) => Err(Fail(
-                ErrorCode::Invalid,
-                "a traced value escaped its recording".into(),
-            )),
-        })
-        .collect()
+    values.iter().map(|v| v.as_eager().cloned()).collect()
 }
 
 /// A [`Plan`] that no longer borrows the function.
@@ -519,7 +523,7 @@ fn write_handles(
             ),
         ));
     }
-    let values = tensors.into_iter().map(GuestValue::Eager).collect();
+    let values = tensors.into_iter().map(GuestValue::Eager);
     write_new_handles(c, values, outputs_ptr)
 }
 

@@ -209,7 +209,7 @@ mod tests {
             seq,
             0,
             EventKind::Op(OpEvent {
-                name: name.into(),
+                name: name.to_string().into(),
                 inputs: vec![],
                 outputs: vec![],
                 flops: 0.0,

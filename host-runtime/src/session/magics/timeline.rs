@@ -120,14 +120,14 @@ pub(super) fn lay_out(events: &[Event]) -> Lanes {
     let mut cores: Lanes = BTreeMap::new();
     for event in events {
         let (name, seconds) = match &event.kind {
-            EventKind::Op(op) if op.modeled.total_s > 0.0 => (&op.name, op.modeled.total_s),
-            EventKind::Collective(c) if c.modeled_us > 0.0 => (&c.op, c.modeled_us * 1e-6),
+            EventKind::Op(op) if op.modeled.total_s > 0.0 => (&*op.name, op.modeled.total_s),
+            EventKind::Collective(c) if c.modeled_us > 0.0 => (c.op.as_str(), c.modeled_us * 1e-6),
             _ => continue,
         };
         let slices = cores.entry(event.core).or_default();
         let start = slices.last().map_or(0.0, |s| s.end);
         slices.push(Slice {
-            name: name.clone(),
+            name: name.to_string(),
             start,
             end: start + seconds,
         });
@@ -166,7 +166,7 @@ pub(super) mod tests {
             ts_us: 0.0,
             core: CoreId(core),
             kind: EventKind::Op(OpEvent {
-                name: name.into(),
+                name: name.to_string().into(),
                 inputs: vec![],
                 outputs: vec![],
                 flops: 0.0,

@@ -154,7 +154,7 @@ fn event_row(e: &Event) -> Vec<String> {
     let host = e.kind.host_us().map_or(String::new(), duration_us);
     let (name, modeled, details) = match &e.kind {
         EventKind::Op(op) => (
-            op.name.clone(),
+            op.name.to_string(),
             duration(op.modeled.total_s),
             format!(
                 "{} -> {}, {}",
