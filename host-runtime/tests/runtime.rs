@@ -257,7 +257,7 @@ fn ops_publish_events_with_modeled_time_and_the_trace_has_tracks() {
         })
         .collect();
     assert_eq!(
-        ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+        ops.iter().map(|o| &*o.name).collect::<Vec<_>>(),
         ["randn", "randn", "matmul", "softmax"]
     );
     let mm = ops[2];

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::graph::{Graph, ValueId};
 use super::passes::{def_of, Group, KernelPlan, Users};
@@ -164,34 +165,38 @@ impl Chain {
         start: usize,
         len: usize,
     ) -> Result<Vec<Buffer>> {
-        let gathered: Vec<Block> = sources.iter().map(|s| s.gather(start, len)).collect();
-        let mut values: Vec<Option<Buffer>> = Vec::with_capacity(self.steps.len());
+        // Small vectors stay on the stack: on small tensors a fused kernel runs one block, and
+        // a heap allocation per step would cost more than the step.
+        let gathered: SmallVec<[Block; 4]> = sources.iter().map(|s| s.gather(start, len)).collect();
+        let mut values: SmallVec<[Option<Buffer>; 16]> = SmallVec::with_capacity(self.steps.len());
         for (i, step) in self.steps.iter().enumerate() {
-            let converted: Vec<Block> = step
-                .args
-                .iter()
-                .map(|&(operand, to)| {
-                    let value = match operand {
-                        Operand::Source(i) => gathered[i].elements(),
-                        Operand::Block => block.expect("kernels with a block operand pass it"),
-                        Operand::Step(j) => values[j]
-                            .as_ref()
-                            .expect("a value is released only after its last reader")
-                            .elements(),
-                    };
-                    match to {
-                        Some(dtype) => Block::Owned(cast_block(value, dtype)),
-                        None => Block::Borrowed(value),
-                    }
+            let out = {
+                let converted: SmallVec<[Block; 4]> = step
+                    .args
+                    .iter()
+                    .map(|&(operand, to)| {
+                        let value = match operand {
+                            Operand::Source(i) => gathered[i].elements(),
+                            Operand::Block => block.expect("kernels with a block operand pass it"),
+                            Operand::Step(j) => values[j]
+                                .as_ref()
+                                .expect("a value is released only after its last reader")
+                                .elements(),
+                        };
+                        match to {
+                            Some(dtype) => Block::Owned(cast_block(value, dtype)),
+                            None => Block::Borrowed(value),
+                        }
+                    })
+                    .collect();
+                let refs: SmallVec<[Elements; 4]> = converted.iter().map(Block::elements).collect();
+                (step.block)(&PointwiseArgs {
+                    inputs: &refs,
+                    attrs: &step.attrs,
+                    output: step.output,
                 })
-                .collect();
-            let refs: Vec<Elements> = converted.iter().map(Block::elements).collect();
-            let out = (step.block)(&PointwiseArgs {
-                inputs: &refs,
-                attrs: &step.attrs,
-                output: step.output,
-            })
-            .map_err(|message| op_error(step.def, &step.metas, message))?;
+                .map_err(|message| op_error(step.def, &step.metas, message))?
+            };
             values.push(Some(out));
             for &j in &self.released[i] {
                 values[j] = None;
@@ -617,9 +622,9 @@ impl Fused {
         core: CoreId,
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
-        let start_us = rt.bus().now_us();
         let started = Instant::now();
-        let mut allocations = Vec::with_capacity(self.output_metas.len());
+        let start_us = rt.bus().us_at(started);
+        let mut allocations = SmallVec::<[_; 4]>::new();
         for m in &self.output_metas {
             let allocation = rt
                 .memory()
@@ -831,9 +836,9 @@ macro_rules! with_vec {
 /// Full-size kernel outputs, filled block by block.
 struct Outputs {
     buffers: Vec<Buffer>,
-    ptrs: Vec<SendPtr>,
-    dtypes: Vec<DType>,
-    per_unit: Vec<usize>,
+    ptrs: SmallVec<[SendPtr; 4]>,
+    dtypes: SmallVec<[DType; 4]>,
+    per_unit: SmallVec<[usize; 4]>,
     units: usize,
 }
 
@@ -873,7 +878,7 @@ impl Outputs {
 struct BlockWriter<'a> {
     outputs: &'a Outputs,
     units: std::ops::Range<usize>,
-    written: Vec<bool>,
+    written: SmallVec<[bool; 4]>,
 }
 
 impl BlockWriter<'_> {
@@ -926,7 +931,7 @@ fn run_blocks(
         let mut writer = BlockWriter {
             outputs: &outputs,
             units: u0..u1,
-            written: vec![false; specs.len()],
+            written: SmallVec::from_elem(false, specs.len()),
         };
         f(u0, u1, &mut writer)?;
         assert!(

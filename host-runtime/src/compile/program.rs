@@ -2,8 +2,11 @@
 //! returns a [`Program`], a list of kernels in execution order with a plan for when each value
 //! is dropped; [`Program::run`] runs it on a core as eager would, one op event per kernel.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Instant;
+
+use smallvec::SmallVec;
 
 use super::fused::Fused;
 use super::graph::{value_list, Graph, Producer, ValueId};
@@ -245,10 +248,11 @@ impl Program {
             )));
         }
         for (i, (t, &v)) in inputs.iter().zip(&g.inputs).enumerate() {
-            let (got, want) = (t.meta(), g.meta(v));
-            if got != *want {
+            let want = g.meta(v);
+            if *t.shape() != *want.shape || t.dtype() != want.dtype {
                 return Err(Error::Invalid(format!(
-                    "input {i} is {got} but the program was compiled for {want}"
+                    "input {i} is {} but the program was compiled for {want}",
+                    t.meta()
                 )));
             }
             if t.device() != core {
@@ -258,18 +262,22 @@ impl Program {
                 )));
             }
         }
-        let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
-        for (t, v) in inputs.iter().zip(&g.inputs) {
-            values[v.0 as usize] = Some((*t).clone());
+        // On small tensors a cached program's run costs about what its bookkeeping does, so
+        // the per-run vectors stay on the stack.
+        // Inputs and constants are borrowed, not cloned (a tensor's clone copies its layout).
+        let mut values: SmallVec<[Option<Cow<Tensor>>; 16]> =
+            SmallVec::from_elem(None, g.values.len());
+        for (&t, v) in inputs.iter().zip(&g.inputs) {
+            values[v.0 as usize] = Some(Cow::Borrowed(t));
         }
         for (i, p) in g.producers.iter().enumerate() {
             if let Producer::Constant(t) = p {
                 // A constant captured (or folded) elsewhere is copied to this core, and charged
                 // to it, for the run.
                 values[i] = Some(if t.device() == core {
-                    t.clone()
+                    Cow::Borrowed(t)
                 } else {
-                    rt.tensor_on(core, t.to_buffer(), t.shape())?
+                    Cow::Owned(rt.tensor_on(core, t.to_buffer(), t.shape())?)
                 });
             }
         }
@@ -286,8 +294,8 @@ impl Program {
             let results = {
                 let tensors = ins
                     .iter()
-                    .map(|v| values[v.0 as usize].as_ref().ok_or_else(|| missing(v)))
-                    .collect::<Result<Vec<&Tensor>>>()?;
+                    .map(|v| values[v.0 as usize].as_deref().ok_or_else(|| missing(v)))
+                    .collect::<Result<SmallVec<[&Tensor; 4]>>>()?;
                 match kernel {
                     Kernel::Op(n) => {
                         let node = &g.nodes[*n];
@@ -297,15 +305,25 @@ impl Program {
                 }
             };
             for (v, t) in outs.iter().zip(results) {
-                values[v.0 as usize] = Some(t);
+                values[v.0 as usize] = Some(Cow::Owned(t));
             }
             for v in release {
                 values[v.0 as usize] = None;
             }
         }
+        // Each output moves out at its last mention, so only repeated outputs are cloned.
         g.outputs
             .iter()
-            .map(|v| values[v.0 as usize].clone().ok_or_else(|| missing(v)))
+            .enumerate()
+            .map(|(i, v)| {
+                let slot = &mut values[v.0 as usize];
+                let value = if g.outputs[i + 1..].contains(v) {
+                    slot.clone()
+                } else {
+                    slot.take()
+                };
+                value.map(Cow::into_owned).ok_or_else(|| missing(v))
+            })
             .collect()
     }
 
