@@ -430,9 +430,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
                 state.handles.get(h)?.as_eager()
             })
             .collect::<HostResult<SmallVec<[&Tensor; 4]>>>()?;
-        crate::cancel::with_token(state.interrupt.clone(), || {
-            state.runtime.call_on(def, &inputs, &attrs, state.core)
-        })?
+        state.runtime.call_on(def, &inputs, &attrs, state.core)?
     };
     write_new_handles(
         caller,

@@ -173,40 +173,37 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
         .map_err(|e| Fail(ErrorCode::Invalid, format!("{op}: {e}")))?;
     let group = group(c, g)?;
     let t = input(c, h, op)?;
-    let interrupt = c.data().interrupt.clone();
     let comm = comm(c);
-    let out = crate::cancel::with_token(interrupt, || -> HostResult<Tensor> {
-        match op {
-            "all_reduce" => Ok(comm.all_reduce(&group, &t, reduce_op(&attrs)?)?),
-            "all_gather" => {
-                let d = dim(op, "dim", attrs.int("dim"), &t)?;
-                Ok(comm.all_gather(&group, &t, d)?)
-            }
-            "reduce_scatter" => {
-                let d = dim(op, "dim", attrs.int("dim"), &t)?;
-                Ok(comm.reduce_scatter(&group, &t, reduce_op(&attrs)?, d)?)
-            }
-            "all_to_all" => {
-                let split = dim(op, "split_dim", attrs.int("split_dim"), &t)?;
-                let concat = dim(op, "concat_dim", attrs.int("concat_dim"), &t)?;
-                Ok(comm.all_to_all(&group, &t, split, concat)?)
-            }
-            "broadcast" => {
-                let src = match attrs.opt_int("src") {
-                    Some(src) => u32::try_from(src).map_err(|_| {
-                        Fail(
-                            ErrorCode::Invalid,
-                            format!("broadcast: src {src} is not a rank"),
-                        )
-                    })?,
-                    None => group.ranks()[0],
-                };
-                Ok(comm.broadcast(&group, &t, src)?)
-            }
-            _ => unreachable!("looked up in COLLECTIVES"),
+    let out: HostResult<Tensor> = match op {
+        "all_reduce" => Ok(comm.all_reduce(&group, &t, reduce_op(&attrs)?)?),
+        "all_gather" => {
+            let d = dim(op, "dim", attrs.int("dim"), &t)?;
+            Ok(comm.all_gather(&group, &t, d)?)
         }
-    })?;
-    insert(c, out)
+        "reduce_scatter" => {
+            let d = dim(op, "dim", attrs.int("dim"), &t)?;
+            Ok(comm.reduce_scatter(&group, &t, reduce_op(&attrs)?, d)?)
+        }
+        "all_to_all" => {
+            let split = dim(op, "split_dim", attrs.int("split_dim"), &t)?;
+            let concat = dim(op, "concat_dim", attrs.int("concat_dim"), &t)?;
+            Ok(comm.all_to_all(&group, &t, split, concat)?)
+        }
+        "broadcast" => {
+            let src = match attrs.opt_int("src") {
+                Some(src) => u32::try_from(src).map_err(|_| {
+                    Fail(
+                        ErrorCode::Invalid,
+                        format!("broadcast: src {src} is not a rank"),
+                    )
+                })?,
+                None => group.ranks()[0],
+            };
+            Ok(comm.broadcast(&group, &t, src)?)
+        }
+        _ => unreachable!("looked up in COLLECTIVES"),
+    };
+    insert(c, out?)
 }
 
 fn placements(c: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<Placement>> {
@@ -316,9 +313,8 @@ pub(super) fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     linker.func_wrap(MODULE, "dist_barrier", |mut c: Ctx, g: i32| {
         let r = (|| {
             let group = group(&mut c, g)?;
-            let interrupt = c.data().interrupt.clone();
             let comm = comm(&mut c);
-            crate::cancel::with_token(interrupt, || comm.barrier(&group))?;
+            comm.barrier(&group)?;
             Ok(0)
         })();
         status(&mut c, r)
@@ -370,11 +366,8 @@ pub(super) fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
                 let mesh = mesh(&mut c, m)?;
                 let placements = placements(&mut c, p_ptr, p_len)?;
                 let t = input(&mut c, h, "distribute")?;
-                let interrupt = c.data().interrupt.clone();
                 let comm = comm(&mut c);
-                let dt = crate::cancel::with_token(interrupt, || {
-                    DTensor::distribute(comm, mesh, &t, &placements)
-                })?;
+                let dt = DTensor::distribute(comm, mesh, &t, &placements)?;
                 insert_dist(&mut c, DistValue::DTensor(Arc::new(dt)))
             })();
             status(&mut c, r)
@@ -401,10 +394,8 @@ pub(super) fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             let r = (|| {
                 let dt = dtensor(&mut c, h)?;
                 let placements = placements(&mut c, p_ptr, p_len)?;
-                let interrupt = c.data().interrupt.clone();
                 let comm = comm(&mut c);
-                let out =
-                    crate::cancel::with_token(interrupt, || dt.redistribute(comm, &placements))?;
+                let out = dt.redistribute(comm, &placements)?;
                 insert_dist(&mut c, DistValue::DTensor(Arc::new(out)))
             })();
             status(&mut c, r)
@@ -413,9 +404,8 @@ pub(super) fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     linker.func_wrap(MODULE, "dist_full_tensor", |mut c: Ctx, h: i32| {
         let r = (|| {
             let dt = dtensor(&mut c, h)?;
-            let interrupt = c.data().interrupt.clone();
             let comm = comm(&mut c);
-            let t = crate::cancel::with_token(interrupt, || dt.full_tensor(comm))?;
+            let t = dt.full_tensor(comm)?;
             insert(&mut c, t)
         })();
         status(&mut c, r)

@@ -431,8 +431,13 @@ impl Guest {
         let store = &mut self.store;
         store.data_mut().call_started = Instant::now();
         let memory_limit = self.limits.memory_bytes;
-        on_guest_thread(self.limits.host_stack_bytes, move || f(store))?
-            .map_err(|e| classify(e, "running the guest", memory_limit))
+        // The guest thread carries the interrupt flag as its cancel token, so every host op
+        // the guest calls can be cancelled without setting a token per call.
+        let token = self.interrupt.0.clone();
+        on_guest_thread(self.limits.host_stack_bytes, move || {
+            crate::cancel::with_token(token, || f(store))
+        })?
+        .map_err(|e| classify(e, "running the guest", memory_limit))
     }
 
     /// Calls the exported function `entry` with `args` parsed to its parameter types, and

@@ -171,9 +171,7 @@ fn sync(c: &mut Ctx, label: &str) -> HostResult<()> {
         }
     }
     let (rt, core) = (state.runtime.clone(), state.core);
-    let tensors = crate::cancel::with_token(state.interrupt.clone(), || {
-        recorder.flush(&rt, core, &live, label)
-    })?;
+    let tensors = recorder.flush(&rt, core, &live, label)?;
     let resolve = |v: &mut GuestValue| {
         if let GuestValue::Traced(id) = v {
             let i = live
@@ -344,10 +342,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
                 },
             );
             let bound: Vec<&Tensor> = inputs.iter().chain(&captured).collect();
-            let interrupt = c.data().interrupt.clone();
-            Ok(crate::cancel::with_token(interrupt, || {
-                compiled.program.run(&rt, core, &bound)
-            })?)
+            Ok(compiled.program.run(&rt, core, &bound)?)
         }
         Owned::Fail(message) => Err(Fail(ErrorCode::Op, message).into()),
         Owned::Eager { first, reason } => {
@@ -430,9 +425,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
                 .programs()
                 .get_or_compile(&rt, core, &graph, &name, &label, recompile, true)?;
             let bound: Vec<&Tensor> = bindings.iter().collect();
-            let interrupt = c.data().interrupt.clone();
-            let results =
-                crate::cancel::with_token(interrupt, || compiled.program.run(&rt, core, &bound))?;
+            let results = compiled.program.run(&rt, core, &bound)?;
             let f = &mut c.data_mut().tracing.functions[index];
             let guards = signature.guards(&f.options.input_names).join("; ");
             f.add(
