@@ -269,19 +269,13 @@ impl FloatOperands {
                 col: o.cs,
             }
         }
-        let len = jobs.iter().map(|j| j.rows).sum::<usize>() * self.n;
-        let mut out = Vec::with_capacity(len);
-        gemm_avx512::gemm(
+        gemm_avx512::gemm_vec(
             matrix::<S>(&self.x, &self.a),
             matrix::<S>(&self.y, &self.b),
             (self.n, self.k),
             jobs,
-            &mut out.spare_capacity_mut()[..len],
             parallel,
-        )?;
-        // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
-        unsafe { out.set_len(len) };
-        Ok(out)
+        )
     }
 
     /// The jobs through `gemm`: many small products in parallel, one task each; otherwise one

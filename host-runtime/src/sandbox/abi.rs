@@ -415,7 +415,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
     }
     // The eager path borrows the input tensors from the handle table, straight from the
     // handles in guest memory: a tiny op should cost little more than its kernel.
-    check_input_count(n_inputs)?;
+    check_n_inputs(n_inputs)?;
     let mem = memory(caller)?;
     let outputs = {
         let (data, state) = mem.data_and_store_mut(&mut *caller);
@@ -439,7 +439,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
     )
 }
 
-fn check_input_count(n: i32) -> HostResult<()> {
+fn check_n_inputs(n: i32) -> HostResult<()> {
     if n < 0 || n as usize > MAX_INPUTS {
         return Err(Fail(
             ErrorCode::Invalid,
@@ -451,7 +451,7 @@ fn check_input_count(n: i32) -> HostResult<()> {
 
 /// The values behind `n` handles (`u32`s) at `ptr`.
 pub(super) fn read_handles(caller: &mut Ctx, ptr: i32, n: i32) -> HostResult<Vec<GuestValue>> {
-    check_input_count(n)?;
+    check_n_inputs(n)?;
     let raw = read(caller, ptr, n * 4)?;
     raw.chunks_exact(4)
         .map(|c| {

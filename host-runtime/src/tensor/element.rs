@@ -224,28 +224,35 @@ pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     }
 }
 
+/// The items of [`Element`] that only name the dtype's variants.
+macro_rules! element_storage {
+    ($dt:ident) => {
+        const DTYPE: DType = DType::$dt;
+        fn slice(buffer: &Buffer) -> Option<&[Self]> {
+            match buffer {
+                Buffer::$dt(v) => Some(v),
+                _ => None,
+            }
+        }
+        fn of(elements: Elements<'_>) -> Option<&[Self]> {
+            match elements {
+                Elements::$dt(v) => Some(v),
+                _ => None,
+            }
+        }
+        fn elements(v: &[Self]) -> Elements<'_> {
+            Elements::$dt(v)
+        }
+        fn into_buffer(v: Vec<Self>) -> Buffer {
+            Buffer::$dt(v)
+        }
+    };
+}
+
 macro_rules! element_float {
     ($t:ty, $dt:ident, $to:expr, $from:expr) => {
         impl Element for $t {
-            const DTYPE: DType = DType::$dt;
-            fn slice(buffer: &Buffer) -> Option<&[Self]> {
-                match buffer {
-                    Buffer::$dt(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn of(elements: Elements<'_>) -> Option<&[Self]> {
-                match elements {
-                    Elements::$dt(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn elements(v: &[Self]) -> Elements<'_> {
-                Elements::$dt(v)
-            }
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$dt(v)
-            }
+            element_storage!($dt);
             fn to_f64(self) -> f64 {
                 $to(self)
             }
@@ -291,25 +298,7 @@ fn f32_round_to_odd(v: f64) -> f32 {
 macro_rules! element_int {
     ($t:ty, $dt:ident) => {
         impl Element for $t {
-            const DTYPE: DType = DType::$dt;
-            fn slice(buffer: &Buffer) -> Option<&[Self]> {
-                match buffer {
-                    Buffer::$dt(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn of(elements: Elements<'_>) -> Option<&[Self]> {
-                match elements {
-                    Elements::$dt(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn elements(v: &[Self]) -> Elements<'_> {
-                Elements::$dt(v)
-            }
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$dt(v)
-            }
+            element_storage!($dt);
             fn to_f64(self) -> f64 {
                 self as f64
             }
@@ -332,25 +321,7 @@ element_int!(i32, I32);
 element_int!(u8, U8);
 
 impl Element for bool {
-    const DTYPE: DType = DType::Bool;
-    fn slice(buffer: &Buffer) -> Option<&[Self]> {
-        match buffer {
-            Buffer::Bool(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn of(elements: Elements<'_>) -> Option<&[Self]> {
-        match elements {
-            Elements::Bool(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn elements(v: &[Self]) -> Elements<'_> {
-        Elements::Bool(v)
-    }
-    fn into_buffer(v: Vec<Self>) -> Buffer {
-        Buffer::Bool(v)
-    }
+    element_storage!(Bool);
     fn to_f64(self) -> f64 {
         self as u8 as f64
     }

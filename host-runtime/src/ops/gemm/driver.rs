@@ -108,6 +108,29 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
     Ok(())
 }
 
+/// [`gemm`] into a fresh vector: every job's `rows x n` values, one job after the other.
+pub(crate) fn gemm_vec<S: Elem, D: Elem>(
+    a: MatRef<S>,
+    b: MatRef<S>,
+    (n, k): (usize, usize),
+    jobs: &[Job],
+    parallel: bool,
+) -> Result<Vec<D>, String> {
+    let len = jobs.iter().map(|j| j.rows).sum::<usize>() * n;
+    let mut out = Vec::with_capacity(len);
+    gemm(
+        a,
+        b,
+        (n, k),
+        jobs,
+        &mut out.spare_capacity_mut()[..len],
+        parallel,
+    )?;
+    // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
+    unsafe { out.set_len(len) };
+    Ok(out)
+}
+
 /// A rectangle of one job's output: rows `rows` and columns `cols` of the product.
 #[derive(Clone, Debug)]
 struct Task {

@@ -24,7 +24,7 @@ mod pack;
 mod tests;
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use driver::gemm;
+pub(crate) use driver::gemm_vec;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use elem::Elem;
 

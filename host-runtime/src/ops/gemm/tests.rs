@@ -17,58 +17,15 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use super::driver::{KC, MB, NB};
+use super::driver::{gemm, KC, MB, NB};
 use super::kernel::{MR, NR};
-use super::{available, gemm, Elem, Job, MatRef};
+use super::{available, gemm_vec, Elem, Job, MatRef};
 use crate::cancel::{with_token, Cancelled};
+use crate::compile::program::tests::Rng;
 
-/// SplitMix64, so failures reproduce from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick(&mut self, items: &[usize]) -> usize {
-        items[self.below(items.len())]
-    }
-
-    /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// [`gemm`] into a fresh output, as `matmul` calls it.
-fn run<S: Elem, D: Elem>(
-    a: MatRef<S>,
-    b: MatRef<S>,
-    (n, k): (usize, usize),
-    jobs: &[Job],
-    parallel: bool,
-) -> Result<Vec<D>, String> {
-    let len = jobs.iter().map(|j| j.rows).sum::<usize>() * n;
-    let mut out = Vec::with_capacity(len);
-    gemm(
-        a,
-        b,
-        (n, k),
-        jobs,
-        &mut out.spare_capacity_mut()[..len],
-        parallel,
-    )?;
-    // SAFETY: `gemm` returned Ok, so it wrote all `len` values.
-    unsafe { out.set_len(len) };
-    Ok(out)
+/// Uniform in [-1, 1).
+fn uniform(rng: &mut Rng) -> f32 {
+    ((rng.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
 fn skip() -> bool {
@@ -167,7 +124,7 @@ fn storage<S: TestElem>(
         end = start + span;
     }
     let data = (0..end + rng.below(4))
-        .map(|_| S::from_f32(rng.uniform()))
+        .map(|_| S::from_f32(uniform(rng)))
         .collect();
     (data, offsets)
 }
@@ -223,7 +180,7 @@ impl Case {
                 r += rows;
             }
         }
-        let out: Vec<D> = run(a, b, (n, k), &jobs, self.parallel).expect("valid operands");
+        let out: Vec<D> = gemm_vec(a, b, (n, k), &jobs, self.parallel).expect("valid operands");
 
         let mut at = 0;
         for (job, &(ao, bo, r0)) in jobs.iter().zip(&job_rows) {
@@ -370,14 +327,14 @@ fn empty_products_and_k_zero() {
         b_offset: 0,
         rows,
     };
-    let zeros: Vec<bf16> = run(view, view, (3, 0), &[job(2)], true).expect("k = 0");
+    let zeros: Vec<bf16> = gemm_vec(view, view, (3, 0), &[job(2)], true).expect("k = 0");
     assert!(zeros.len() == 6 && zeros.iter().all(|v| v.to_f32() == 0.0));
-    let none: Vec<f32> = run(view, view, (0, 3), &[job(2)], true).expect("n = 0");
+    let none: Vec<f32> = gemm_vec(view, view, (0, 3), &[job(2)], true).expect("n = 0");
     assert!(none.is_empty());
-    let none: Vec<f32> = run(view, view, (3, 3), &[job(0)], true).expect("m = 0");
+    let none: Vec<f32> = gemm_vec(view, view, (3, 3), &[job(0)], true).expect("m = 0");
     assert!(none.is_empty());
     // An operand that does not cover the product is an error, not a read out of bounds.
-    assert!(run::<f32, f32>(view, view, (3, 3), &[job(3)], true).is_err());
+    assert!(gemm_vec::<f32, f32>(view, view, (3, 3), &[job(3)], true).is_err());
     let mut short = [MaybeUninit::<f32>::uninit(); 3];
     assert!(gemm(view, view, (2, 2), &[job(2)], &mut short, true).is_err());
 }
@@ -469,7 +426,7 @@ fn a_set_cancel_token_stops_the_product() {
     let cancelled = Arc::new(AtomicBool::new(true));
     let result = catch_unwind(AssertUnwindSafe(|| {
         with_token(cancelled, || {
-            run::<f32, f32>(view, view, (256, 256), &jobs, true)
+            gemm_vec::<f32, f32>(view, view, (256, 256), &jobs, true)
         })
     }));
     let payload = result.expect_err("a set token unwinds");
