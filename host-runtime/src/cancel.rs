@@ -43,6 +43,19 @@ impl Token {
         Token(CURRENT.with(|c| c.borrow().clone()))
     }
 
+    /// [`Token::check`] on the calling thread's token without taking a handle to it (no
+    /// reference count to touch): for work that stays on this thread.
+    pub fn check_current() {
+        CURRENT.with(|c| {
+            if c.borrow()
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::Relaxed))
+            {
+                std::panic::resume_unwind(Box::new(Cancelled));
+            }
+        });
+    }
+
     /// Unwinds with [`Cancelled`] when cancellation was requested.
     pub fn check(&self) {
         if self.0.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {

@@ -227,6 +227,7 @@ impl Runtime {
             attrs: &resolved,
         };
         let out_metas = (def.infer)(&meta_args).map_err(op_err)?;
+        // One clock read stamps the op event and its output allocations' events.
         let started = Instant::now();
         let start_us = self.bus.us_at(started);
         let outputs = match def.exec {
@@ -238,7 +239,7 @@ impl Runtime {
                         let bytes = input.nbytes() as u64;
                         let allocation = self
                             .memory
-                            .reserve(core, bytes)
+                            .reserve_at(core, bytes, start_us)
                             .map_err(|e| mem_error(def, &metas, e))?;
                         let buffer = guarded(def.name, || input.to_buffer())?;
                         let storage = Arc::new(Storage::new(buffer, Some(allocation)));
@@ -259,7 +260,7 @@ impl Runtime {
                         .ok_or_else(|| op_err(format!("output shape {:?} overflows", m.shape)))?;
                     allocations.push(
                         self.memory
-                            .reserve(core, bytes as u64)
+                            .reserve_at(core, bytes as u64, start_us)
                             .map_err(|e| mem_error(def, &metas, e))?,
                     );
                 }

@@ -8,6 +8,10 @@ use clap::{Args, Parser, Subcommand};
 use neuronlab_kernel::install::{self, Place};
 use neuronlab_kernel::server;
 
+// The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "neuronlab-kernel",

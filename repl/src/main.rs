@@ -18,6 +18,10 @@ use neuronlab_runtime::ops::Registry;
 use neuronlab_runtime::sandbox::{cache_root, Limits};
 use neuronlab_runtime::toolchain::{self, Toolchain};
 
+// The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An interactive lab for the eager Neuron tensor runtime, simulated on the CPU.
 ///
 /// With no subcommand, neuronlab starts the REPL: cells are Rust (a function body, built for

@@ -628,7 +628,7 @@ impl Fused {
         for m in &self.output_metas {
             let allocation = rt
                 .memory()
-                .reserve(core, m.nbytes() as u64)
+                .reserve_at(core, m.nbytes() as u64, start_us)
                 .map_err(|source| Error::OpOutOfMemory {
                     op: self.name.clone(),
                     operands: self.operands(),

@@ -100,6 +100,26 @@ impl DeviceMemory {
 
     /// Reserves `bytes` on `core`; the bytes come back when the [`Allocation`] drops.
     pub fn reserve(self: &Arc<Self>, core: CoreId, bytes: u64) -> Result<Allocation, MemoryError> {
+        self.reserve_stamped(core, bytes, None)
+    }
+
+    /// [`DeviceMemory::reserve`] for an op that started at `at_us` on the bus clock: the alloc
+    /// event carries that time, which saves reading the clock again on every op's path.
+    pub fn reserve_at(
+        self: &Arc<Self>,
+        core: CoreId,
+        bytes: u64,
+        at_us: f64,
+    ) -> Result<Allocation, MemoryError> {
+        self.reserve_stamped(core, bytes, Some(at_us))
+    }
+
+    fn reserve_stamped(
+        self: &Arc<Self>,
+        core: CoreId,
+        bytes: u64,
+        at_us: Option<f64>,
+    ) -> Result<Allocation, MemoryError> {
         let mut stats = self.lock(core)?;
         if stats.in_use.saturating_add(bytes) > self.capacity {
             return Err(MemoryError::OutOfMemory {
@@ -127,7 +147,7 @@ impl DeviceMemory {
         let snapshot = *stats;
         // Publish outside the lock: a subscriber may ask for stats.
         drop(stats);
-        self.publish(core, MemoryAction::Alloc, bytes, snapshot);
+        self.publish(core, MemoryAction::Alloc, bytes, snapshot, at_us);
         Ok(Allocation {
             memory: Arc::clone(self),
             core,
@@ -161,7 +181,7 @@ impl DeviceMemory {
         let slot = self
             .cores
             .get(core.0 as usize)
-            .ok_or(TopologyError::UnknownCore {
+            .ok_or_else(|| TopologyError::UnknownCore {
                 core,
                 visible: self.cores.len() as u32,
             })?;
@@ -178,10 +198,18 @@ impl DeviceMemory {
         let snapshot = *stats;
         drop(stats);
         self.host_in_use.fetch_sub(bytes, Ordering::AcqRel);
-        self.publish(core, MemoryAction::Free, bytes, snapshot);
+        self.publish(core, MemoryAction::Free, bytes, snapshot, None);
     }
 
-    fn publish(&self, core: CoreId, action: MemoryAction, bytes: u64, stats: MemStats) {
+    /// Publishes the event of a change that happened at `at_us` (now when `None`).
+    fn publish(
+        &self,
+        core: CoreId,
+        action: MemoryAction,
+        bytes: u64,
+        stats: MemStats,
+        at_us: Option<f64>,
+    ) {
         if let Some(bus) = &self.bus {
             let event = MemoryEvent {
                 action,
@@ -189,7 +217,8 @@ impl DeviceMemory {
                 in_use: stats.in_use,
                 peak: stats.peak,
             };
-            bus.publish(core, EventKind::Memory(event));
+            let at_us = at_us.unwrap_or_else(|| bus.now_us());
+            bus.publish_at(core, at_us, EventKind::Memory(event));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Building blocks shared by the kernels: typed maps over (broadcast, strided) operands, dtype
 //! casts of temporaries, float compute types, and cost helpers.
 
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -36,6 +37,15 @@ pub fn broadcast_strides(layout: &Layout, out_shape: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// `t`'s strides read as if broadcast to `out_shape`: its own when it already has that shape.
+fn operand_strides<'a>(t: &'a Tensor, out_shape: &[usize]) -> Cow<'a, [usize]> {
+    if t.shape() == out_shape {
+        Cow::Borrowed(t.strides())
+    } else {
+        Cow::Owned(broadcast_strides(t.layout(), out_shape))
+    }
+}
+
 /// `t`'s elements converted to `to` as PyTorch casts them, in row-major order.
 pub fn cast_buffer(t: &Tensor, to: DType) -> Buffer {
     match (t.dtype(), to) {
@@ -51,16 +61,17 @@ pub fn cast_buffer(t: &Tensor, to: DType) -> Buffer {
 ///
 /// Temporaries are not charged to the core's HBM: they model a conversion the device would
 /// fuse into the op.
-pub fn as_dtype(t: &Tensor, dtype: DType) -> Tensor {
+/// Borrows `t` when it already has `dtype` (the common case costs nothing).
+pub fn as_dtype(t: &Tensor, dtype: DType) -> Cow<'_, Tensor> {
     if t.dtype() == dtype {
-        return t.clone();
+        return Cow::Borrowed(t);
     }
     let buffer = cast_buffer(t, dtype);
-    Tensor::from_storage(
+    Cow::Owned(Tensor::from_storage(
         Arc::new(Storage::new(buffer, None)),
         Layout::contiguous(t.shape()),
         t.device(),
-    )
+    ))
 }
 
 /// `t` as a dense row-major temporary (itself when already contiguous at offset 0).
@@ -106,10 +117,7 @@ pub fn map2<A: Element, B: Element, U: Send>(
     f: impl Fn(A, B) -> U + Sync + Send,
 ) -> Vec<U> {
     let (da, db) = (a.data::<A>(), b.data::<B>());
-    let (sa, sb) = (
-        broadcast_strides(a.layout(), out_shape),
-        broadcast_strides(b.layout(), out_shape),
-    );
+    let (sa, sb) = (operand_strides(a, out_shape), operand_strides(b, out_shape));
     strided::map_runs(
         out_shape,
         [&sa, &sb],
@@ -153,7 +161,7 @@ pub fn map3<A: Element, B: Element, C: Element, U: Send>(
     f: impl Fn(A, B, C) -> U + Sync + Send,
 ) -> Vec<U> {
     let (da, db, dc) = (a.data::<A>(), b.data::<B>(), c.data::<C>());
-    let s: [Vec<usize>; 3] = [a, b, c].map(|t| broadcast_strides(t.layout(), out_shape));
+    let s: [Cow<[usize]>; 3] = [a, b, c].map(|t| operand_strides(t, out_shape));
     strided::map_runs(
         out_shape,
         [&s[0], &s[1], &s[2]],

@@ -6,7 +6,9 @@
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::streaming_cost;
-use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use smallvec::smallvec;
+
+use super::registry::{Exec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{checked_numel, Buffer, DType, Element, TensorMeta};
 use crate::with_dtype;
@@ -97,20 +99,17 @@ fn infer_random(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     infer_filled(a)
 }
 
-fn fill(a: &KernelArgs, value: f64) -> Result<Vec<Buffer>, String> {
+fn fill(a: &KernelArgs, value: f64) -> KernelResult {
     let out = &a.outputs[0];
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out.dtype, T => T::into_buffer(vec![T::from_f64(value); out.numel()])),
     ])
 }
 
-fn random(
-    a: &KernelArgs,
-    f: impl Fn(i64, usize) -> f64 + Sync + Send,
-) -> Result<Vec<Buffer>, String> {
+fn random(a: &KernelArgs, f: impl Fn(i64, usize) -> f64 + Sync + Send) -> KernelResult {
     let out = &a.outputs[0];
     let seed = a.attrs.int("seed");
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out.dtype, T => generate::<T>(out.numel(), |i| f(seed, i))),
     ])
 }
@@ -118,7 +117,7 @@ fn random(
 /// `rand`: uniforms truncated to the output dtype's significand width (as torch draws them), so
 /// every value is exact in the dtype and below 1; rounding to nearest would turn values close to
 /// 1 into 1.0 in bf16 and f16.
-fn rand_kernel(a: &KernelArgs) -> Result<Vec<Buffer>, String> {
+fn rand_kernel(a: &KernelArgs) -> KernelResult {
     let bits = match a.outputs[0].dtype {
         DType::Bf16 => 8,
         DType::F16 => 11,
@@ -161,10 +160,10 @@ fn infer_arange(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     )])
 }
 
-fn arange_kernel(a: &KernelArgs) -> Result<Vec<Buffer>, String> {
+fn arange_kernel(a: &KernelArgs) -> KernelResult {
     let out = &a.outputs[0];
     let (start, step) = (a.attrs.float("start"), a.attrs.float("step"));
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out.dtype, T => generate::<T>(out.numel(), |i| start + i as f64 * step)),
     ])
 }

@@ -12,14 +12,15 @@ use super::common::{
     as_dtype, block1, block2, block3, cast_block, cast_buffer, map1, map2, map3, operand,
     streaming_cost, up_down, with_float, FloatElem, MathExt,
 };
+use smallvec::smallvec;
+
 use super::registry::{
-    Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup, Pointwise, PointwiseArgs,
+    Exec, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup, Pointwise, PointwiseArgs,
 };
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{broadcast_shapes, Buffer, DType, Element, TensorMeta};
 use crate::with_dtype;
 
-type KResult = Result<Vec<Buffer>, String>;
 type KResult1 = Result<Buffer, String>;
 
 static X: &[InputSpec] = &[InputSpec::tensor("x")];
@@ -73,10 +74,10 @@ fn operands_as_given(a: &MetaArgs, _: &TensorMeta) -> Vec<DType> {
     a.inputs.iter().map(|m| m.dtype).collect()
 }
 
-fn unary_float_kernel<O: UnaryFloat>(a: &KernelArgs) -> KResult {
+fn unary_float_kernel<O: UnaryFloat>(a: &KernelArgs) -> KernelResult {
     let out = a.outputs[0].dtype;
     let x = as_dtype(a.inputs[0], out);
-    Ok(vec![with_float!(out, T => float_map::<T, O>(&x))])
+    Ok(smallvec![with_float!(out, T => float_map::<T, O>(&x))])
 }
 
 fn unary_float_block<O: UnaryFloat>(a: &PointwiseArgs) -> KResult1 {
@@ -175,11 +176,11 @@ impl FloatFn for GeluTanh {
     }
 }
 
-fn gelu_kernel(a: &KernelArgs) -> KResult {
+fn gelu_kernel(a: &KernelArgs) -> KernelResult {
     let out = a.outputs[0].dtype;
     let x = as_dtype(a.inputs[0], out);
     let tanh = a.attrs.str("approximate") == "tanh";
-    Ok(vec![with_float!(out, T => if tanh {
+    Ok(smallvec![with_float!(out, T => if tanh {
         float_map::<T, GeluTanh>(&x)
     } else {
         float_map::<T, GeluErf>(&x)
@@ -218,13 +219,13 @@ fn int_unary<O: UnaryNumeric, T: Element>(v: T) -> T {
     T::from_i64(O::int(v.to_i64()))
 }
 
-fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KResult {
+fn unary_numeric_kernel<O: UnaryNumeric>(a: &KernelArgs) -> KernelResult {
     let x = a.inputs[0];
     let out = x.dtype();
     if out.is_float() {
-        return Ok(vec![with_float!(out, T => float_map::<T, O>(x))]);
+        return Ok(smallvec![with_float!(out, T => float_map::<T, O>(x))]);
     }
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out, T => T::into_buffer(map1(x, int_unary::<O, T>))),
     ])
 }
@@ -337,17 +338,17 @@ fn arith_int<O: BinaryArith, T: Element>(p: T, q: T) -> T {
     T::from_i64(O::int(p.to_i64(), q.to_i64()))
 }
 
-fn arith_kernel<O: BinaryArith>(a: &KernelArgs) -> KResult {
+fn arith_kernel<O: BinaryArith>(a: &KernelArgs) -> KernelResult {
     let out = &a.outputs[0];
     let x = as_dtype(a.inputs[0], out.dtype);
     let y = as_dtype(a.inputs[1], out.dtype);
     if out.dtype.is_float() {
-        return Ok(vec![
+        return Ok(smallvec![
             with_float!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape, arith_float::<O, T>))),
         ]);
     }
     O::check_int(y.to_vec::<i64>().into_iter())?;
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out.dtype, T => T::into_buffer(map2(&x, &y, &out.shape, arith_int::<O, T>))),
     ])
 }
@@ -480,12 +481,12 @@ fn infer_bool_binary(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, DType::Bool)])
 }
 
-fn compare_kernel<O: Compare>(a: &KernelArgs) -> KResult {
+fn compare_kernel<O: Compare>(a: &KernelArgs) -> KernelResult {
     let dtype = promoted(&a.inputs[0].meta(), &a.inputs[1].meta());
     let x = as_dtype(a.inputs[0], dtype);
     let y = as_dtype(a.inputs[1], dtype);
     let shape = &a.outputs[0].shape;
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(dtype, T => Buffer::Bool(map2(&x, &y, shape, O::cmp::<T>))),
     ])
 }
@@ -542,10 +543,15 @@ compare_ops! {
     Ge "ge" "a >= b (bool)" |a, b| a >= b;
 }
 
-fn logical_kernel(a: &KernelArgs, f: fn(bool, bool) -> bool) -> KResult {
+fn logical_kernel(a: &KernelArgs, f: fn(bool, bool) -> bool) -> KernelResult {
     let x = as_dtype(a.inputs[0], DType::Bool);
     let y = as_dtype(a.inputs[1], DType::Bool);
-    Ok(vec![Buffer::Bool(map2(&x, &y, &a.outputs[0].shape, f))])
+    Ok(smallvec![Buffer::Bool(map2(
+        &x,
+        &y,
+        &a.outputs[0].shape,
+        f
+    ))])
 }
 
 fn and(p: bool, q: bool) -> bool {
@@ -620,7 +626,7 @@ fn logical_defs() -> Vec<OpDef> {
                 "",
                 |a| {
                     let x = as_dtype(a.inputs[0], DType::Bool);
-                    Ok(vec![Buffer::Bool(map1(&x, not))])
+                    Ok(smallvec![Buffer::Bool(map1(&x, not))])
                 },
                 |a| Ok(block1(a, not)),
             )
@@ -660,11 +666,11 @@ fn select<T>(c: bool, p: T, q: T) -> T {
     }
 }
 
-fn where_kernel(a: &KernelArgs) -> KResult {
+fn where_kernel(a: &KernelArgs) -> KernelResult {
     let out = &a.outputs[0];
     let x = as_dtype(a.inputs[1], out.dtype);
     let y = as_dtype(a.inputs[2], out.dtype);
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out.dtype, T => T::into_buffer(map3(a.inputs[0], &x, &y, &out.shape, select::<T>))),
     ])
 }
@@ -711,16 +717,16 @@ fn clamp_int<T: Element>(lo: f64, hi: f64) -> impl Fn(T) -> T {
     move |v| T::from_f64(v.to_f64().max(lo).min(hi))
 }
 
-fn clamp_kernel(a: &KernelArgs) -> KResult {
+fn clamp_kernel(a: &KernelArgs) -> KernelResult {
     let x = a.inputs[0];
     let (lo, hi) = clamp_bounds(a.attrs);
     let dtype = x.dtype();
     if dtype.is_float() {
-        return Ok(vec![
+        return Ok(smallvec![
             with_float!(dtype, T => T::into_buffer(map1(x, up_down::<T>(clamp_float(lo, hi))))),
         ]);
     }
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(dtype, T => T::into_buffer(map1(x, clamp_int::<T>(lo, hi)))),
     ])
 }
@@ -739,8 +745,8 @@ static CAST_ATTRS: &[AttrSpec] = &[AttrSpec::new(
     AttrDefault::Required,
 )];
 
-fn cast_kernel(a: &KernelArgs) -> KResult {
-    Ok(vec![cast_buffer(a.inputs[0], a.outputs[0].dtype)])
+fn cast_kernel(a: &KernelArgs) -> KernelResult {
+    Ok(smallvec![cast_buffer(a.inputs[0], a.outputs[0].dtype)])
 }
 
 fn cast_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {

@@ -8,11 +8,11 @@ use std::borrow::Cow;
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::{as_dtype, broadcast_strides, copy_cost, dense, dim_of, expect_index, IN_X};
-use super::registry::{Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use smallvec::smallvec;
+
+use super::registry::{Exec, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup};
 use crate::tensor::{contiguous_strides, strided, Buffer, DType, Element, Tensor, TensorMeta};
 use crate::with_dtype;
-
-type KResult = Result<Vec<Buffer>, String>;
 
 /// The indices of `index` as i64, checked to lie in `0..size`.
 fn checked_indices(index: &Tensor, size: usize, what: &str) -> Result<Vec<i64>, String> {
@@ -73,7 +73,7 @@ fn infer_embedding(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, w.dtype)])
 }
 
-fn embedding_kernel(a: &KernelArgs) -> KResult {
+fn embedding_kernel(a: &KernelArgs) -> KernelResult {
     let (idx, w) = (a.inputs[0], a.inputs[1]);
     checked_indices(idx, w.shape()[0], "the embedding table's dim 0")?;
     let idx = dense(idx);
@@ -83,7 +83,7 @@ fn embedding_kernel(a: &KernelArgs) -> KResult {
     base.push(w.strides()[1]);
     let mut istr = idx.strides().to_vec();
     istr.push(0);
-    Ok(vec![gather_map(
+    Ok(smallvec![gather_map(
         w,
         out_shape,
         &base,
@@ -106,7 +106,7 @@ fn infer_index_select(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, x.dtype)])
 }
 
-fn index_select_kernel(a: &KernelArgs) -> KResult {
+fn index_select_kernel(a: &KernelArgs) -> KernelResult {
     let (x, idx) = (a.inputs[0], a.inputs[1]);
     let d = dim_of(a.attrs.int("dim"), x.shape())?;
     checked_indices(idx, x.shape()[d], &format!("dim {d}"))?;
@@ -115,7 +115,7 @@ fn index_select_kernel(a: &KernelArgs) -> KResult {
     base[d] = 0;
     let mut istr = vec![0; x.rank()];
     istr[d] = 1;
-    Ok(vec![gather_map(
+    Ok(smallvec![gather_map(
         x,
         &a.outputs[0].shape,
         &base,
@@ -145,14 +145,14 @@ fn infer_gather(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(idx.shape.clone(), x.dtype)])
 }
 
-fn gather_kernel(a: &KernelArgs) -> KResult {
+fn gather_kernel(a: &KernelArgs) -> KernelResult {
     let (x, idx) = (a.inputs[0], a.inputs[1]);
     let d = dim_of(a.attrs.int("dim"), x.shape())?;
     checked_indices(idx, x.shape()[d], &format!("dim {d}"))?;
     let idx = dense(idx);
     let mut base = x.strides().to_vec();
     base[d] = 0;
-    Ok(vec![gather_map(
+    Ok(smallvec![gather_map(
         x,
         idx.shape(),
         &base,
@@ -208,9 +208,9 @@ fn concat(inputs: &[&Tensor], dim: usize, out: &TensorMeta) -> Buffer {
     })
 }
 
-fn cat_kernel(a: &KernelArgs) -> KResult {
+fn cat_kernel(a: &KernelArgs) -> KernelResult {
     let d = dim_of(a.attrs.int("dim"), a.inputs[0].shape())?;
-    Ok(vec![concat(a.inputs, d, &a.outputs[0])])
+    Ok(smallvec![concat(a.inputs, d, &a.outputs[0])])
 }
 
 fn infer_stack(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
@@ -232,7 +232,7 @@ fn infer_stack(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, promoted_all(a.inputs))])
 }
 
-fn stack_kernel(a: &KernelArgs) -> KResult {
+fn stack_kernel(a: &KernelArgs) -> KernelResult {
     let out = &a.outputs[0];
     let d = dim_of(a.attrs.int("dim"), &out.shape)?;
     let lifted: Vec<Tensor> = a
@@ -247,7 +247,7 @@ fn stack_kernel(a: &KernelArgs) -> KResult {
         })
         .collect();
     let refs: Vec<&Tensor> = lifted.iter().collect();
-    Ok(vec![concat(&refs, d, out)])
+    Ok(smallvec![concat(&refs, d, out)])
 }
 
 // pad(x; pad, value)
@@ -284,7 +284,7 @@ fn infer_pad(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, x.dtype)])
 }
 
-fn pad_kernel(a: &KernelArgs) -> KResult {
+fn pad_kernel(a: &KernelArgs) -> KernelResult {
     let x = a.inputs[0];
     let out = &a.outputs[0];
     let metas = [x.meta()];
@@ -295,7 +295,7 @@ fn pad_kernel(a: &KernelArgs) -> KResult {
     let ostr = contiguous_strides(&out.shape);
     let start: usize = per_dim.iter().zip(&ostr).map(|((b, _), s)| b * s).sum();
     let value = a.attrs.float("value");
-    Ok(vec![with_dtype!(x.dtype(), T => {
+    Ok(smallvec![with_dtype!(x.dtype(), T => {
         let mut v = vec![T::from_f64(value); out.numel()];
         let data = x.data::<T>();
         strided::for_each(x.shape(), [x.strides(), &ostr], [x.layout().offset, start], |[i, o]| {
@@ -314,7 +314,7 @@ fn infer_tri(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![x.clone()])
 }
 
-fn tri_kernel(a: &KernelArgs, upper: bool) -> KResult {
+fn tri_kernel(a: &KernelArgs, upper: bool) -> KernelResult {
     let x = a.inputs[0];
     let r = x.rank();
     let diagonal = a.attrs.int("diagonal");
@@ -325,7 +325,7 @@ fn tri_kernel(a: &KernelArgs, upper: bool) -> KResult {
     cols[r - 1] = 1;
     let shape = x.shape();
     let xs = broadcast_strides(x.layout(), shape);
-    Ok(vec![with_dtype!(x.dtype(), T => {
+    Ok(smallvec![with_dtype!(x.dtype(), T => {
         let data = x.data::<T>();
         let zero = T::from_f64(0.0);
         T::into_buffer(strided::map(shape, [&xs, &rows, &cols], [x.layout().offset, 0, 0], |[o, i, j]| {

@@ -12,7 +12,9 @@ use super::gemm as gemm_avx512;
 use super::gemm::Job;
 
 use super::common::{as_dtype, broadcast_strides, dense, io_bytes, IN_AB};
-use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup};
+use smallvec::smallvec;
+
+use super::registry::{Exec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup};
 use crate::device::cost::{Engine, MatmulDims, OpCost};
 use crate::tensor::{
     broadcast_shapes, strided, Buffer, DType, Element, Layout, Tensor, TensorMeta,
@@ -199,7 +201,10 @@ impl FloatOperands {
                 DType::F32 | DType::Bf16 | DType::F16 => read,
                 _ => DType::F32,
             };
-            (as_dtype(x, read), as_dtype(y, read))
+            (
+                as_dtype(x, read).into_owned(),
+                as_dtype(y, read).into_owned(),
+            )
         } else {
             let compute = match out {
                 DType::Bf16 | DType::F16 | DType::F32 => DType::F32,
@@ -365,16 +370,16 @@ fn int_batched<T: Element>(x: &Tensor, y: &Tensor, p: &Plan) -> Vec<T> {
         .collect()
 }
 
-fn kernel(args: &KernelArgs) -> Result<Vec<Buffer>, String> {
+fn kernel(args: &KernelArgs) -> KernelResult {
     let out = args.outputs[0].dtype;
     let p = plan(args.inputs[0].shape(), args.inputs[1].shape())?;
     if out.is_float() {
         let operands = FloatOperands::new(args.inputs[0], args.inputs[1], &p, out)?;
-        return Ok(vec![operands.compute(&operands.products(p.m), true)?]);
+        return Ok(smallvec![operands.compute(&operands.products(p.m), true)?]);
     }
     let x = as_dtype(args.inputs[0], out);
     let y = as_dtype(args.inputs[1], out);
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(out, T => T::into_buffer(int_batched::<T>(&x, &y, &p))),
     ])
 }

@@ -15,14 +15,14 @@ use super::common::{
     as_dtype, dense, dim_of, expect_float, expect_index, rows_block, streaming_cost, with_float,
     FloatElem, MathExt, IN_X,
 };
+use smallvec::smallvec;
+
 use super::registry::{
-    Exec, InputSpec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
+    Exec, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
 };
 use super::vmath::{max_nan, sum_f64, vectorized};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{Buffer, DType, Element, Elements, Layout, Storage, Tensor, TensorMeta};
-
-type KResult = Result<Vec<Buffer>, String>;
 
 /// Rows per parallel task: about 16K elements, so scheduling costs little.
 fn rows_per_task(n: usize) -> usize {
@@ -116,11 +116,11 @@ fn softmax_row_of<T: FloatElem>(i: &[T], o: &mut [T], log: bool) {
     T::compute_row(i, o, |wide, res| softmax_row(wide, res, log));
 }
 
-fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
+fn softmax_kernel(a: &KernelArgs, log: bool) -> KernelResult {
     let x = a.inputs[0];
     if x.rank() == 0 {
         let v = if log { 0.0 } else { 1.0 };
-        return Ok(vec![
+        return Ok(smallvec![
             crate::with_dtype!(x.dtype(), T => T::into_buffer(vec![T::from_f64(v); 1])),
         ]);
     }
@@ -138,7 +138,7 @@ fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
         vectorized!(softmax_row_of(i, o, log))
     })));
     if dim == last {
-        return Ok(vec![buffer]);
+        return Ok(smallvec![buffer]);
     }
     // Swap the dims back (a transpose is its own inverse) and densify.
     let t = temp(buffer, Layout::contiguous(d.shape()), x);
@@ -147,7 +147,7 @@ fn softmax_kernel(a: &KernelArgs, log: bool) -> KResult {
             .transpose(dim as i64, last as i64)
             .map_err(|e| e.0)?,
     );
-    Ok(vec![back.to_buffer()])
+    Ok(smallvec![back.to_buffer()])
 }
 
 /// Softmax works on whole rows when its dim is the last one.
@@ -297,7 +297,7 @@ impl<C: MathExt> Norm<C> {
 }
 
 /// Normalizes rows: `center` subtracts the mean (layer_norm) or not (rms_norm).
-fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
+fn norm_kernel(a: &KernelArgs, center: bool) -> KernelResult {
     let x = dense(a.inputs[0]);
     let dtype = x.dtype();
     let n: usize = {
@@ -309,7 +309,7 @@ fn norm_kernel(a: &KernelArgs, center: bool) -> KResult {
         .iter()
         .product()
     };
-    Ok(vec![with_float!(dtype, T => {
+    Ok(smallvec![with_float!(dtype, T => {
         let norm = Norm::<<T as FloatElem>::C>::new(&a.inputs[1..], a.attrs, center);
         T::into_buffer(rows::<T>(&x, n, |i, o| vectorized!(norm.row(i, o))))
     })])
@@ -372,7 +372,7 @@ fn infer_ce(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
     Ok(vec![TensorMeta::new(shape, logits.dtype)])
 }
 
-fn ce_kernel(a: &KernelArgs) -> KResult {
+fn ce_kernel(a: &KernelArgs) -> KernelResult {
     let logits = dense(a.inputs[0]);
     let classes = *logits.shape().last().unwrap_or(&0);
     let targets = a.inputs[1].to_vec::<i64>();
@@ -407,7 +407,7 @@ fn ce_kernel(a: &KernelArgs) -> KResult {
         // As torch: the mean over non-ignored targets (NaN when all are ignored).
         _ => vec![losses.iter().sum::<f64>() / counted as f64],
     };
-    Ok(vec![
+    Ok(smallvec![
         with_float!(logits.dtype(), T => T::into_buffer(result.into_iter().map(T::from_f64).collect())),
     ])
 }

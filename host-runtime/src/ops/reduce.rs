@@ -6,13 +6,15 @@
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use super::common::{dim_of, rows_block, streaming_cost, with_float, IN_X};
-use super::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise};
+use smallvec::smallvec;
+
+use super::registry::{
+    Exec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
+};
 use super::vmath::{sum_f64, vectorized};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{strided, Buffer, DType, Element, Elements, Tensor, TensorMeta};
 use crate::with_dtype;
-
-type KResult = Result<Vec<Buffer>, String>;
 
 /// The reduced dims (sorted, deduplicated) from the `dims` attribute; empty means all.
 fn reduced_dims(dims: &[i64], shape: &[usize]) -> Result<Vec<usize>, String> {
@@ -208,26 +210,26 @@ fn same_dtype_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Buffer {
     with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| vectorized!(kind.apply(r)))))
 }
 
-fn sum_kernel(a: &KernelArgs) -> KResult {
+fn sum_kernel(a: &KernelArgs) -> KernelResult {
     let x = a.inputs[0];
     let dims = dims_of(a.attrs, x.shape())?;
     if a.outputs[0].dtype.is_float() {
-        return Ok(vec![same_dtype_reduce(x, &dims, RowReduce::Sum)]);
+        return Ok(smallvec![same_dtype_reduce(x, &dims, RowReduce::Sum)]);
     }
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
             r.iter().fold(0i64, |s, v| s.wrapping_add(v.to_i64()))
         }))),
     ])
 }
 
-fn prod_kernel(a: &KernelArgs) -> KResult {
+fn prod_kernel(a: &KernelArgs) -> KernelResult {
     let x = a.inputs[0];
     let dims = dims_of(a.attrs, x.shape())?;
     if a.outputs[0].dtype.is_float() {
-        return Ok(vec![same_dtype_reduce(x, &dims, RowReduce::Prod)]);
+        return Ok(smallvec![same_dtype_reduce(x, &dims, RowReduce::Prod)]);
     }
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
             r.iter().fold(1i64, |s, v| s.wrapping_mul(v.to_i64()))
         }))),
@@ -235,11 +237,11 @@ fn prod_kernel(a: &KernelArgs) -> KResult {
 }
 
 /// mean, var, std, max and min: reductions that keep the dtype.
-fn row_reduce_kernel(a: &KernelArgs, name: &str) -> KResult {
+fn row_reduce_kernel(a: &KernelArgs, name: &str) -> KernelResult {
     let x = a.inputs[0];
     let dims = dims_of(a.attrs, x.shape())?;
     let kind = RowReduce::of(name, a.attrs).expect("a reduction that keeps the dtype");
-    Ok(vec![same_dtype_reduce(x, &dims, kind)])
+    Ok(smallvec![same_dtype_reduce(x, &dims, kind)])
 }
 
 /// A float reduction works on whole rows when its dims are the trailing ones.
@@ -279,7 +281,7 @@ fn extreme_index<T: PartialOrd>(r: &[T], want_max: bool) -> usize {
     best
 }
 
-fn arg_kernel(a: &KernelArgs, want_max: bool) -> KResult {
+fn arg_kernel(a: &KernelArgs, want_max: bool) -> KernelResult {
     let x = a.inputs[0];
     let dims = arg_dims(a.attrs, x.shape())?;
     // Without a dim, the index is into the flattened (row-major) tensor.
@@ -288,7 +290,7 @@ fn arg_kernel(a: &KernelArgs, want_max: bool) -> KResult {
     } else {
         x.clone()
     };
-    Ok(vec![
+    Ok(smallvec![
         with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(&x, &dims, |r: &[T]| {
             extreme_index(r, want_max) as i64
         }))),

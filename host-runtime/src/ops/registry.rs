@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use smallvec::SmallVec;
+
 use super::attrs::{AttrSpec, ResolvedAttrs};
 use crate::device::cost::OpCost;
 use crate::tensor::{Buffer, DType, Elements, Layout, Tensor, TensorMeta};
@@ -36,11 +38,18 @@ pub enum ViewResult {
     Copy(Vec<usize>),
 }
 
+/// A compute kernel's output buffers, one per output. Inline for the usual single output, so
+/// a tiny op allocates nothing for the list.
+pub type Outputs = SmallVec<[Buffer; 1]>;
+
+/// What a compute kernel returns: its outputs, or why the inputs cannot be computed.
+pub type KernelResult = Result<Outputs, String>;
+
 /// How an op runs.
 #[derive(Clone, Copy)]
 pub enum Exec {
     /// Computes dense row-major output buffers, one per output.
-    Compute(fn(&KernelArgs) -> Result<Vec<Buffer>, String>),
+    Compute(fn(&KernelArgs) -> KernelResult),
     /// Re-describes its single input's storage (no data moves).
     View(fn(&Tensor, &ResolvedAttrs) -> Result<ViewResult, String>),
 }

@@ -46,6 +46,18 @@ pub(crate) fn coalesce<const N: usize>(
     (out_shape, out_strides)
 }
 
+/// Whether `strides` lay `shape` out row-major with no gaps (size-1 dims may have any stride).
+fn is_dense(shape: &[usize], strides: &[usize]) -> bool {
+    let mut expected = 1;
+    for (&n, &stride) in shape.iter().zip(strides).rev() {
+        if n != 1 && stride != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
 /// Visits elements `start..end` (row-major positions in `shape`) in runs along the innermost
 /// dim, calling `f(i, len, offsets)` for each run of `len` elements whose first element is at
 /// `offsets` and is position `start + i`. Within a run, operand `k` advances by its innermost
@@ -154,24 +166,25 @@ pub fn fill_weighted<U: Send>(
     weight: usize,
     f: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
 ) -> Vec<U> {
-    let token = Token::current();
     let weight = weight.max(1);
     let chunk = (CHUNK / weight).max(1);
     let mut out: Vec<U> = Vec::with_capacity(n);
-    let run = |chunk_index: usize, slots: &mut [MaybeUninit<U>]| {
-        token.check();
-        f(chunk_index * chunk, slots);
-    };
     let spare = &mut out.spare_capacity_mut()[..n];
     if n.saturating_mul(weight) < PARALLEL_THRESHOLD || n <= chunk {
         for (ci, slots) in spare.chunks_mut(chunk).enumerate() {
-            run(ci, slots);
+            Token::check_current();
+            f(ci * chunk, slots);
         }
     } else {
+        // Rayon's threads do not share this thread's token: they get a handle to it.
+        let token = Token::current();
         spare
             .par_chunks_mut(chunk)
             .enumerate()
-            .for_each(|(ci, slots)| run(ci, slots));
+            .for_each(|(ci, slots)| {
+                token.check();
+                f(ci * chunk, slots);
+            });
     }
     // SAFETY: `f` writes every slot of every chunk (its contract), so all `n` slots are
     // initialized; a cancelled or panicking chunk unwinds past this line, and the vector is
@@ -229,6 +242,13 @@ pub fn map_runs<const N: usize, U: Send>(
     f: impl Fn(&mut [MaybeUninit<U>], [usize; N], [usize; N]) + Sync,
 ) -> Vec<U> {
     let numel: usize = shape.iter().product();
+    if strides.iter().all(|s| is_dense(shape, s)) {
+        // Every operand is one row-major run: no dims to merge or walk (and nothing to
+        // allocate, which is most of a tiny op's kernel time).
+        return fill(numel, |start, chunk| {
+            f(chunk, offsets.map(|o| o + start), [1; N])
+        });
+    }
     let (shape, strides) = coalesce(shape, strides);
     let steps = inner_strides(&strides);
     fill(numel, |start, chunk| {
