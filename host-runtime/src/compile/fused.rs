@@ -3,8 +3,8 @@
 //!
 //! A fused kernel works on *units* (output positions for an elementwise loop, rows for a row op
 //! or a matmul) a block at a time. Blocks are sized so that their working set, every operand
-//! and intermediate of the block, fits in about half a core's L2 ([`BLOCK_BYTES`]), and they run in
-//! parallel. Within a block, each elementwise op of a [`Chain`] is one call of the op's
+//! and intermediate of the block, fits in about half a core's L2 ([`BLOCK_BYTES`]), and they
+//! run in parallel. Within a block, each elementwise op of a [`Chain`] is one call of the op's
 //! registry block kernel on small dense buffers of the op's own dtype, so every intermediate
 //! is rounded exactly as eager rounds it and no intermediate ever has the full size. External
 //! operands are gathered for the block through their (broadcast) strides.
