@@ -181,7 +181,7 @@ impl DeviceMemory {
         let slot = self
             .cores
             .get(core.0 as usize)
-            .ok_or_else(|| TopologyError::UnknownCore {
+            .ok_or(TopologyError::UnknownCore {
                 core,
                 visible: self.cores.len() as u32,
             })?;
