@@ -347,6 +347,28 @@ fn random_tensors_do_not_depend_on_thread_count() {
 }
 
 #[test]
+fn a_pending_interrupt_cancels_a_small_kernel_on_the_calling_thread() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let rt = rt();
+    let x = rt
+        .call1("zeros", &[], &Attrs::new().with("shape", vec![8i64]))
+        .unwrap();
+    // Small enough to run sequentially: the kernel checks the flag without a Token handle.
+    let flag = Arc::new(AtomicBool::new(true));
+    let r = neuronlab_runtime::cancel::with_token(flag, || rt.call1("exp", &[&x], &attrs()));
+    assert!(
+        matches!(r, Err(Error::Cancelled(_))),
+        "{:?}",
+        r.map(|t| t.meta())
+    );
+    assert!(
+        rt.call1("exp", &[&x], &attrs()).is_ok(),
+        "the next call runs"
+    );
+}
+
+#[test]
 fn an_interrupt_cancels_a_long_kernel_and_the_runtime_goes_on() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;

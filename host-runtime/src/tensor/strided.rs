@@ -289,6 +289,30 @@ mod tests {
     }
 
     #[test]
+    fn dense_operands_are_one_run() {
+        // [3, 1, 4] row-major; the size-1 dim's stride is arbitrary, as views leave it.
+        let data: Vec<u32> = (0..12).collect();
+        let runs = std::sync::Mutex::new(Vec::new());
+        let v = map_runs(&[3, 1, 4], [&[4, 99, 1]], [0], |out, [p], [step]| {
+            runs.lock().unwrap().push((p, out.len(), step));
+            for (i, o) in out.iter_mut().enumerate() {
+                o.write(data[p + i * step]);
+            }
+        });
+        assert_eq!(v, data);
+        assert_eq!(*runs.lock().unwrap(), vec![(0, 12, 1)]);
+        assert!(is_dense(&[], &[]));
+        // A transposed operand is not dense and is walked run by run.
+        assert!(!is_dense(&[4, 3], &[1, 4]));
+        let t = map_runs(&[4, 3], [&[1, 4]], [0], |out, [p], [step]| {
+            for (i, o) in out.iter_mut().enumerate() {
+                o.write(data[p + i * step]);
+            }
+        });
+        assert_eq!(t, vec![0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
+    }
+
+    #[test]
     fn zero_dim_and_empty_shapes() {
         assert_eq!(map(&[], [&[]], [4], |[o]| o), vec![4]);
         assert!(map(&[0, 5], [&[5, 1]], [0], |[o]| o).is_empty());
