@@ -33,6 +33,13 @@ pub fn with_token<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Unwinds with [`Cancelled`] when `flag` is set.
+fn unwind_if_set(flag: Option<&AtomicBool>) {
+    if flag.is_some_and(|f| f.load(Ordering::Relaxed)) {
+        std::panic::resume_unwind(Box::new(Cancelled));
+    }
+}
+
 /// The calling thread's cancel token, to move into parallel work.
 #[derive(Clone, Debug, Default)]
 pub struct Token(Option<Arc<AtomicBool>>);
@@ -46,20 +53,11 @@ impl Token {
     /// [`Token::check`] on the calling thread's token without taking a handle to it (no
     /// reference count to touch): for work that stays on this thread.
     pub fn check_current() {
-        CURRENT.with(|c| {
-            if c.borrow()
-                .as_ref()
-                .is_some_and(|f| f.load(Ordering::Relaxed))
-            {
-                std::panic::resume_unwind(Box::new(Cancelled));
-            }
-        });
+        CURRENT.with(|c| unwind_if_set(c.borrow().as_deref()));
     }
 
     /// Unwinds with [`Cancelled`] when cancellation was requested.
     pub fn check(&self) {
-        if self.0.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
-            std::panic::resume_unwind(Box::new(Cancelled));
-        }
+        unwind_if_set(self.0.as_deref());
     }
 }

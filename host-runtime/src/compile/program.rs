@@ -17,7 +17,7 @@ use super::passes::{
 use crate::device::CoreId;
 use crate::events::fmt;
 use crate::ops::registry::Exec;
-use crate::tensor::Tensor;
+use crate::tensor::{same_shape, Tensor};
 use crate::{Error, Result, Runtime};
 
 /// The size of a graph after one pass.
@@ -249,7 +249,7 @@ impl Program {
         }
         for (i, (t, &v)) in inputs.iter().zip(&g.inputs).enumerate() {
             let want = g.meta(v);
-            if *t.shape() != *want.shape || t.dtype() != want.dtype {
+            if !same_shape(t.shape(), &want.shape) || t.dtype() != want.dtype {
                 return Err(Error::Invalid(format!(
                     "input {i} is {} but the program was compiled for {want}",
                     t.meta()

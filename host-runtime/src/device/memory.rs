@@ -100,7 +100,7 @@ impl DeviceMemory {
 
     /// Reserves `bytes` on `core`; the bytes come back when the [`Allocation`] drops.
     pub fn reserve(self: &Arc<Self>, core: CoreId, bytes: u64) -> Result<Allocation, MemoryError> {
-        self.reserve_stamped(core, bytes, None)
+        self.reserve_at(core, bytes, self.now_us())
     }
 
     /// [`DeviceMemory::reserve`] for an op that started at `at_us` on the bus clock: the alloc
@@ -110,15 +110,6 @@ impl DeviceMemory {
         core: CoreId,
         bytes: u64,
         at_us: f64,
-    ) -> Result<Allocation, MemoryError> {
-        self.reserve_stamped(core, bytes, Some(at_us))
-    }
-
-    fn reserve_stamped(
-        self: &Arc<Self>,
-        core: CoreId,
-        bytes: u64,
-        at_us: Option<f64>,
     ) -> Result<Allocation, MemoryError> {
         let mut stats = self.lock(core)?;
         if stats.in_use.saturating_add(bytes) > self.capacity {
@@ -198,18 +189,16 @@ impl DeviceMemory {
         let snapshot = *stats;
         drop(stats);
         self.host_in_use.fetch_sub(bytes, Ordering::AcqRel);
-        self.publish(core, MemoryAction::Free, bytes, snapshot, None);
+        self.publish(core, MemoryAction::Free, bytes, snapshot, self.now_us());
     }
 
-    /// Publishes the event of a change that happened at `at_us` (now when `None`).
-    fn publish(
-        &self,
-        core: CoreId,
-        action: MemoryAction,
-        bytes: u64,
-        stats: MemStats,
-        at_us: Option<f64>,
-    ) {
+    /// The bus clock now (0 without a bus: nothing is stamped then).
+    fn now_us(&self) -> f64 {
+        self.bus.as_ref().map_or(0.0, |bus| bus.now_us())
+    }
+
+    /// Publishes the event of a change that happened at `at_us` on the bus clock.
+    fn publish(&self, core: CoreId, action: MemoryAction, bytes: u64, stats: MemStats, at_us: f64) {
         if let Some(bus) = &self.bus {
             let event = MemoryEvent {
                 action,
@@ -217,7 +206,6 @@ impl DeviceMemory {
                 in_use: stats.in_use,
                 peak: stats.peak,
             };
-            let at_us = at_us.unwrap_or_else(|| bus.now_us());
             bus.publish_at(core, at_us, EventKind::Memory(event));
         }
     }

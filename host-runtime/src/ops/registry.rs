@@ -40,10 +40,10 @@ pub enum ViewResult {
 
 /// A compute kernel's output buffers, one per output. Inline for the usual single output, so
 /// a tiny op allocates nothing for the list.
-pub type Outputs = SmallVec<[Buffer; 1]>;
+pub type OutputBuffers = SmallVec<[Buffer; 1]>;
 
 /// What a compute kernel returns: its outputs, or why the inputs cannot be computed.
-pub type KernelResult = Result<Outputs, String>;
+pub type KernelResult = Result<OutputBuffers, String>;
 
 /// How an op runs.
 #[derive(Clone, Copy)]

@@ -20,6 +20,7 @@ pub use layout::{
     broadcast_shapes, checked_numel, contiguous_strides, normalize_dim, shape_str, Layout,
     LayoutError, Shape,
 };
+pub(crate) use layout::{is_row_major, same_shape};
 pub use storage::Storage;
 
 use crate::device::topology::CoreId;

@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use super::is_row_major;
 use crate::cancel::Token;
 
 /// Below this many elements a loop runs on the calling thread (rayon's overhead would dominate).
@@ -44,18 +45,6 @@ pub(crate) fn coalesce<const N: usize>(
         }
     }
     (out_shape, out_strides)
-}
-
-/// Whether `strides` lay `shape` out row-major with no gaps (size-1 dims may have any stride).
-fn is_dense(shape: &[usize], strides: &[usize]) -> bool {
-    let mut expected = 1;
-    for (&n, &stride) in shape.iter().zip(strides).rev() {
-        if n != 1 && stride != expected {
-            return false;
-        }
-        expected *= n;
-    }
-    true
 }
 
 /// Visits elements `start..end` (row-major positions in `shape`) in runs along the innermost
@@ -242,7 +231,7 @@ pub fn map_runs<const N: usize, U: Send>(
     f: impl Fn(&mut [MaybeUninit<U>], [usize; N], [usize; N]) + Sync,
 ) -> Vec<U> {
     let numel: usize = shape.iter().product();
-    if strides.iter().all(|s| is_dense(shape, s)) {
+    if strides.iter().all(|s| is_row_major(shape, s)) {
         // Every operand is one row-major run: no dims to merge or walk (and nothing to
         // allocate, which is most of a tiny op's kernel time).
         return fill(numel, |start, chunk| {
@@ -301,9 +290,9 @@ mod tests {
         });
         assert_eq!(v, data);
         assert_eq!(*runs.lock().unwrap(), vec![(0, 12, 1)]);
-        assert!(is_dense(&[], &[]));
+        assert!(is_row_major(&[], &[]));
         // A transposed operand is not dense and is walked run by run.
-        assert!(!is_dense(&[4, 3], &[1, 4]));
+        assert!(!is_row_major(&[4, 3], &[1, 4]));
         let t = map_runs(&[4, 3], [&[1, 4]], [0], |out, [p], [step]| {
             for (i, o) in out.iter_mut().enumerate() {
                 o.write(data[p + i * step]);
