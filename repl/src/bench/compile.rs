@@ -79,11 +79,24 @@ fn last_dim() -> Attrs {
 /// x*0.5 + y -> gelu -> -x -> exp -> *y -> tanh -> +x on 4M f32 (bench/compare.py writes the
 /// same chain in numpy).
 fn chain8(rt: &Runtime) -> Result<WrittenOut, String> {
+    chain8_of(rt, 4 << 20)
+}
+
+/// The same chain on 256K f32, whose operands (1 MiB each) stay in the cores' L2 from run to
+/// run: its time, times 16, is what the 4M chain costs without memory traffic.
+fn chain8_in_cache(rt: &Runtime) -> Result<WrittenOut, String> {
+    chain8_of(rt, CHAIN8_IN_CACHE)
+}
+
+/// Elements of the in-cache chain.
+const CHAIN8_IN_CACHE: i64 = 256 << 10;
+
+fn chain8_of(rt: &Runtime, len: i64) -> Result<WrittenOut, String> {
     let none = Attrs::new;
     Ok(WrittenOut {
         inputs: vec![
-            randn(rt, &[4 << 20], 1)?,
-            randn(rt, &[4 << 20], 2)?,
+            randn(rt, &[len], 1)?,
+            randn(rt, &[len], 2)?,
             scalar(rt, 0.5)?,
         ],
         steps: vec![
@@ -145,7 +158,7 @@ struct Computation {
 /// 4M f32, in bytes.
 const MIB16: f64 = 4.0 * (4 << 20) as f64;
 
-const COMPUTATIONS: [Computation; 3] = [
+const COMPUTATIONS: [Computation; 4] = [
     Computation {
         id: "chain8_f32_4m",
         what: "8-op elementwise chain on 4M f32 (x*0.5 + y -> gelu(tanh) -> -x -> exp -> *y -> \
@@ -153,6 +166,14 @@ const COMPUTATIONS: [Computation; 3] = [
         bytes: 3.0 * MIB16,
         group: "compile",
         build: chain8,
+    },
+    Computation {
+        id: "chain8_f32_256k",
+        what: "the 8-op chain on 256K f32, operands in L2 (x 16: the 4M chain without memory \
+               traffic)",
+        bytes: 3.0 * 4.0 * CHAIN8_IN_CACHE as f64,
+        group: "extra",
+        build: chain8_in_cache,
     },
     Computation {
         id: "softmax_prims_f32_4096x1024",
