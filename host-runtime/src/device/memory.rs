@@ -169,13 +169,14 @@ impl DeviceMemory {
     }
 
     fn lock(&self, core: CoreId) -> Result<MutexGuard<'_, MemStats>, MemoryError> {
-        let slot = self
-            .cores
-            .get(core.0 as usize)
-            .ok_or(TopologyError::UnknownCore {
+        // Not `ok_or`: that builds (and drops) the error on every call, on every op's path.
+        let Some(slot) = self.cores.get(core.0 as usize) else {
+            return Err(TopologyError::UnknownCore {
                 core,
                 visible: self.cores.len() as u32,
-            })?;
+            }
+            .into());
+        };
         // The counters stay consistent even if a holder panicked: every update is one step.
         Ok(slot.lock().unwrap_or_else(PoisonError::into_inner))
     }
