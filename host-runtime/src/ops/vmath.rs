@@ -251,7 +251,7 @@ pub fn max_nan<T: Copy + PartialOrd>(values: &[T], neg_infinity: T) -> T {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Pseudo-random f32 bit patterns (a 64-bit LCG's high bits): every sign, exponent and
@@ -294,7 +294,7 @@ mod tests {
     }
 
     /// Error of `got` against an f64 reference in units of the f32 ulp at the reference.
-    fn ulps(got: f32, want: f64) -> f64 {
+    pub(crate) fn ulps(got: f32, want: f64) -> f64 {
         if got.is_nan() || want.is_nan() {
             return if got.is_nan() == want.is_nan() {
                 0.0
