@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -228,8 +227,7 @@ impl Runtime {
         };
         let out_metas = (def.infer)(&meta_args).map_err(op_err)?;
         // One clock read stamps the op event and its output allocations' events.
-        let started = Instant::now();
-        let start_us = self.bus.us_at(started);
+        let start_us = self.bus.now_us();
         let outputs = match def.exec {
             Exec::View(view) => {
                 let input = inputs[0];
@@ -283,7 +281,7 @@ impl Runtime {
                     .collect()
             }
         };
-        let host_us = started.elapsed().as_secs_f64() * 1e6;
+        let host_us = self.bus.now_us() - start_us;
         let cost = (def.cost)(&meta_args, &out_metas);
         let modeled = self.cost.modeled(&cost);
         // The metas move into the event: no copies of shapes on every op's path.

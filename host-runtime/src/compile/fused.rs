@@ -10,7 +10,6 @@
 //! operands are gathered for the block through their (broadcast) strides.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -624,8 +623,7 @@ impl Fused {
         core: CoreId,
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
-        let started = Instant::now();
-        let start_us = rt.bus().us_at(started);
+        let start_us = rt.bus().now_us();
         let mut allocations = SmallVec::<[_; 4]>::new();
         for m in &self.output_metas {
             let allocation = rt
@@ -662,7 +660,7 @@ impl Fused {
                 outputs: self.output_metas.iter().map(sig).collect(),
                 flops: self.cost.parts.iter().map(|p| p.flops).sum(),
                 bytes: self.cost.bytes_read + self.cost.bytes_written,
-                host_us: started.elapsed().as_secs_f64() * 1e6,
+                host_us: rt.bus().now_us() - start_us,
                 modeled: self.cost.modeled(rt.cost_model()),
             }),
         );

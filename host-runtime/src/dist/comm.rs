@@ -427,7 +427,7 @@ impl RankComm {
             ))
         })?;
         let bus = self.runtime().bus().clone();
-        let (start_us, started) = (bus.now_us(), Instant::now());
+        let start_us = bus.now_us();
         let key = MeetingKey {
             group: group.ranks().to_vec(),
             seq: {
@@ -456,7 +456,7 @@ impl RankComm {
             )?),
             None => None,
         };
-        self.publish(group, &call, input, output.as_ref(), start_us, started)?;
+        self.publish(group, &call, input, output.as_ref(), start_us)?;
         Ok(output)
     }
 
@@ -593,7 +593,6 @@ impl RankComm {
         input: Option<&Tensor>,
         output: Option<&Tensor>,
         start_us: f64,
-        started: Instant,
     ) -> Result<()> {
         let input_bytes = input.map_or(0, |t| t.nbytes() as u64);
         // S as nccl-tests counts it: the gathered output for all_gather, the input otherwise.
@@ -612,7 +611,7 @@ impl RankComm {
                 group: group.ranks().to_vec(),
                 mesh_dim: group.name().map(str::to_string),
                 bytes: input_bytes,
-                host_us: started.elapsed().as_secs_f64() * 1e6,
+                host_us: runtime.bus().now_us() - start_us,
                 modeled_us: cost.total_s * 1e6,
             }),
         );

@@ -4,14 +4,13 @@
 //! moves the event into a ring buffer (which stops allocating once it has grown to its
 //! capacity). Subscribers cost one clone of the event per publish.
 
+use super::clock::Clock;
+use super::event::{Event, EventKind};
+use crate::device::CoreId;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
-
-use super::event::{Event, EventKind};
-use crate::device::CoreId;
 
 /// How many events the bus keeps by default before dropping the oldest.
 pub const DEFAULT_CAPACITY: usize = 100_000;
@@ -50,7 +49,7 @@ impl Recorder {
 
 /// The runtime's one event stream. Thread-safe; shared as `Arc<EventBus>`.
 pub struct EventBus {
-    epoch: Instant,
+    clock: Clock,
     recorder: Mutex<Recorder>,
     next_subscription: AtomicU64,
 }
@@ -64,7 +63,7 @@ impl EventBus {
     /// A bus keeping the last `capacity` events (0 keeps none; subscribers still see all).
     pub fn with_capacity(capacity: usize) -> EventBus {
         EventBus {
-            epoch: Instant::now(),
+            clock: Clock::new(),
             recorder: Mutex::new(Recorder {
                 events: VecDeque::new(),
                 capacity,
@@ -76,15 +75,11 @@ impl EventBus {
         }
     }
 
-    /// Microseconds since the bus was created: the clock of every event's `ts_us`.
+    /// Microseconds since the bus was created: the clock of every event's `ts_us`, and of
+    /// the host times ops measure (a read costs tens of nanoseconds on every op's path; see
+    /// [`super::clock`]).
     pub fn now_us(&self) -> f64 {
-        self.us_at(Instant::now())
-    }
-
-    /// The bus clock at `instant`, which a caller that also times something with it has read
-    /// already (a clock read costs tens of nanoseconds on every op's path).
-    pub fn us_at(&self, instant: Instant) -> f64 {
-        instant.saturating_duration_since(self.epoch).as_secs_f64() * 1e6
+        self.clock.now_us()
     }
 
     /// Publishes an event that happens now. Returns its `seq`.

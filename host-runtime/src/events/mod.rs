@@ -5,6 +5,7 @@
 //! per-cell [`Summary`], the Chrome trace ([`chrome_trace`]), `%events` tables, log filters.
 
 mod bus;
+mod clock;
 mod event;
 pub mod fmt;
 mod logs;
