@@ -12,7 +12,8 @@ less than it moves either time), except where the row says otherwise:
     own f32 speed";
   - chain8 eager / compiled: our eager time / our compiled time, with a bound under the
     table: what the ratio could reach if the compiled chain paid nothing for memory, from the
-    same chain on 256K f32 whose operands stay in cache;
+    same chain on 256K f32 whose operands stay in cache, and a floor: the chain written by
+    hand over the same element functions, with no executor;
   - the dispatch and cache-hit rows are judged by their time per call (targets in µs).
 numpy's side: `a @ b` with its default BLAS; the gelu tanh formula, softmax (max-subtracted),
 layer_norm and rms_norm over the last dim and the 8-op chain written as numpy expressions;
@@ -64,6 +65,7 @@ ELEMENTWISE_LEN = 4 << 20
 # The chain on 256K f32 (operands in L2): 16 of it is the 4M chain without memory traffic.
 CHAIN8_IN_CACHE = "chain8_f32_256k_compiled"
 CHAIN8_IN_CACHE_SCALE = 16
+CHAIN8_BY_HAND = "chain8_f32_4m_by_hand"
 ROWS, COLS = 4096, 1024
 
 
@@ -219,6 +221,7 @@ def rows_table(cast_dtype) -> list[Row]:
         Row("chain8_f32_4m_compiled", judge="eager", sibling="chain8_f32_4m_eager",
             target=(">=", 3.0), label="chain8 eager / compiled"),
         Row(CHAIN8_IN_CACHE, judge="none", label="chain8 compiled, 256K in cache"),
+        Row(CHAIN8_BY_HAND, judge="none", label="chain8 by hand, no executor"),
         Row("dispatch_guest_tiny_op", np_tiny_add, DISPATCH_CALLS, judge="latency",
             target=("<=", 1e-6)),
         Row("dispatch_host_tiny_op", np_tiny_add, DISPATCH_CALLS, judge="latency"),
@@ -468,6 +471,13 @@ def main() -> None:
               f"takes {fmt_time(floor_s)}, the 4M chain's cost without memory traffic; the 4M "
               f"compiled chain takes {compiled_s / floor_s:.2f} x that, so with these kernels "
               f"eager / compiled could reach at most {eager_s / floor_s:.2f}")
+    if all(c in med for c in (*chain[:2], CHAIN8_BY_HAND)):
+        eager_s, compiled_s, by_hand_s = (med[c] for c in (*chain[:2], CHAIN8_BY_HAND))
+        print(f"  chain8 floor: the same 8 steps written by hand over the runtime's element "
+              f"functions (all steps per L1 tile, no executor) take {fmt_time(by_hand_s)} at 4M; "
+              f"the compiled chain takes {compiled_s / by_hand_s:.2f} x that, and eager / by hand "
+              f"is {eager_s / by_hand_s:.2f}, the most eager / compiled could reach with this "
+              f"math and memory traffic")
 
 if __name__ == "__main__":
     main()

@@ -152,7 +152,7 @@ fn gelu_erf<F: MathExt>(x: F) -> F {
 }
 
 #[inline(always)]
-fn gelu_tanh<F: MathExt>(x: F) -> F {
+pub(super) fn gelu_tanh<F: MathExt>(x: F) -> F {
     // torch's approximate='tanh' is 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
     // Since 1 + tanh(u) = 2 sigmoid(2u), that is x / (1 + e^(-2u)), or x e / (1 + e) with
     // e = e^(2u): one exponential, no polynomial branch, and no cancellation where tanh(u)

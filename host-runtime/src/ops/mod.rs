@@ -9,6 +9,7 @@ pub mod creation;
 mod elementwise;
 mod gemm;
 mod index;
+pub mod math;
 mod matmul;
 mod nn;
 mod reduce;

@@ -21,13 +21,13 @@ type Step = (&'static str, Vec<usize>, Attrs);
 
 /// A computation written out as primitive ops over its inputs, which can run eagerly (one op
 /// call per step) or become a graph to compile.
-struct WrittenOut {
-    inputs: Vec<Tensor>,
+pub(super) struct WrittenOut {
+    pub(super) inputs: Vec<Tensor>,
     steps: Vec<Step>,
 }
 
 impl WrittenOut {
-    fn graph(&self) -> Result<Graph, String> {
+    pub(super) fn graph(&self) -> Result<Graph, String> {
         let mut g = Graph::new();
         let mut values: Vec<ValueId> = self.inputs.iter().map(|t| g.input(t.meta())).collect();
         for (op, args, attrs) in &self.steps {
@@ -78,7 +78,7 @@ fn last_dim() -> Attrs {
 
 /// x*0.5 + y -> gelu -> -x -> exp -> *y -> tanh -> +x on 4M f32 (bench/compare.py writes the
 /// same chain in numpy).
-fn chain8(rt: &Runtime) -> Result<WrittenOut, String> {
+pub(super) fn chain8(rt: &Runtime) -> Result<WrittenOut, String> {
     chain8_of(rt, 4 << 20)
 }
 
@@ -91,7 +91,7 @@ fn chain8_in_cache(rt: &Runtime) -> Result<WrittenOut, String> {
 /// Elements of the in-cache chain.
 const CHAIN8_IN_CACHE: i64 = 256 << 10;
 
-fn chain8_of(rt: &Runtime, len: i64) -> Result<WrittenOut, String> {
+pub(super) fn chain8_of(rt: &Runtime, len: i64) -> Result<WrittenOut, String> {
     let none = Attrs::new;
     Ok(WrittenOut {
         inputs: vec![

@@ -18,6 +18,7 @@ use neuronlab_runtime::Runtime;
 
 const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 
+mod by_hand;
 mod collectives;
 mod compile;
 mod kernels;
@@ -271,6 +272,7 @@ fn module_load_cached(_: &Arc<Runtime>) -> Result<Sample, String> {
 fn suite() -> Vec<Case> {
     let mut cases = kernels::cases();
     cases.extend(compile::cases());
+    cases.push(by_hand::case());
     cases.push(Case::new(
         "dispatch_guest_tiny_op",
         format!(
