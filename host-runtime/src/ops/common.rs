@@ -227,6 +227,29 @@ fn written<U>(n: usize, write: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
     out
 }
 
+/// Writes `f` of every element of `a` to `out`: an [`F32Tile::Unary`](super::registry::F32Tile)
+/// loop.
+#[inline(always)]
+pub fn tile1(a: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+    assert_eq!(a.len(), out.len(), "tile operands have one length");
+    vectorized!(for (o, &x) in out.iter_mut().zip(a) {
+        *o = f(x);
+    })
+}
+
+/// Writes `f` of pairs of elements of `a` and `b` to `out`: an
+/// [`F32Tile::Binary`](super::registry::F32Tile) loop.
+#[inline(always)]
+pub fn tile2(a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    assert!(
+        a.len() == out.len() && b.len() == out.len(),
+        "tile operands have one length"
+    );
+    vectorized!(for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    })
+}
+
 /// Applies `f` to every element of the block operand 0.
 pub fn block1<S: Element, U: Element>(args: &PointwiseArgs, f: impl Fn(S) -> U) -> Buffer {
     let a = operand::<S>(args, 0);

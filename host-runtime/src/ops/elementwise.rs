@@ -10,12 +10,13 @@ use super::attrs::ResolvedAttrs;
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
 use super::common::{
     as_dtype, block1, block2, block3, cast_block, cast_buffer, map1, map2, map3, operand,
-    streaming_cost, up_down, with_float, FloatElem, MathExt,
+    streaming_cost, tile1, tile2, up_down, with_float, FloatElem, MathExt,
 };
 use smallvec::smallvec;
 
 use super::registry::{
-    Exec, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup, Pointwise, PointwiseArgs,
+    no_f32_tile, Exec, F32Tile, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup,
+    Pointwise, PointwiseArgs,
 };
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{broadcast_shapes, Buffer, DType, Element, TensorMeta};
@@ -84,6 +85,15 @@ fn unary_float_block<O: UnaryFloat>(a: &PointwiseArgs) -> KResult1 {
     Ok(with_float!(a.output, T => float_block::<T, O>(a)))
 }
 
+/// The f32 tile loop of a float function: [`lifted`] for f32, as the block kernel runs it.
+fn float_tile<O: FloatFn>(x: &[f32], out: &mut [f32]) {
+    tile1(x, out, lifted::<f32, O>)
+}
+
+fn float_f32_tile<O: FloatFn>(_: &ResolvedAttrs) -> Option<F32Tile> {
+    Some(F32Tile::Unary(float_tile::<O>))
+}
+
 fn unary_cost<O: UnaryFloat>(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
     streaming_cost(a, o, 1.0, O::ENGINE)
 }
@@ -102,6 +112,7 @@ fn unary_float_def<O: UnaryFloat>() -> OpDef {
         pointwise: Some(Pointwise {
             operands: operands_as_output,
             block: unary_float_block::<O>,
+            f32_tile: float_f32_tile::<O>,
         }),
         rowwise: None,
     }
@@ -193,6 +204,14 @@ fn gelu_kernel(a: &KernelArgs) -> KernelResult {
     })])
 }
 
+fn gelu_f32_tile(attrs: &ResolvedAttrs) -> Option<F32Tile> {
+    Some(F32Tile::Unary(if attrs.str("approximate") == "tanh" {
+        float_tile::<GeluTanh>
+    } else {
+        float_tile::<GeluErf>
+    }))
+}
+
 fn gelu_block(a: &PointwiseArgs) -> KResult1 {
     let tanh = a.attrs.str("approximate") == "tanh";
     Ok(with_float!(a.output, T => if tanh {
@@ -280,6 +299,7 @@ macro_rules! unary_numeric_ops {
                 pointwise: Some(Pointwise {
                     operands: operands_as_given,
                     block: unary_numeric_block::<$ty>,
+                    f32_tile: float_f32_tile::<$ty>,
                 }),
                 rowwise: None,
             }),*]
@@ -374,10 +394,20 @@ fn operands_arith(_: &MetaArgs, out: &TensorMeta) -> Vec<DType> {
     vec![out.dtype; 2]
 }
 
+/// The f32 tile loop of an arithmetic op, as its block kernel runs it on f32.
+fn arith_tile<O: BinaryArith>(a: &[f32], b: &[f32], out: &mut [f32]) {
+    tile2(a, b, out, arith_float::<O, f32>)
+}
+
+fn arith_f32_tile<O: BinaryArith>(_: &ResolvedAttrs) -> Option<F32Tile> {
+    Some(F32Tile::Binary(arith_tile::<O>))
+}
+
 const fn arith_pointwise<O: BinaryArith>() -> Option<Pointwise> {
     Some(Pointwise {
         operands: operands_arith,
         block: arith_block::<O>,
+        f32_tile: arith_f32_tile::<O>,
     })
 }
 
@@ -533,6 +563,7 @@ macro_rules! compare_ops {
                 pointwise: Some(Pointwise {
                     operands: operands_compare,
                     block: compare_block::<$ty>,
+                    f32_tile: no_f32_tile,
                 }),
                 rowwise: None,
             }),*]
@@ -595,6 +626,7 @@ fn logical_defs() -> Vec<OpDef> {
         pointwise: Some(Pointwise {
             operands: operands_bool,
             block,
+            f32_tile: no_f32_tile,
         }),
         rowwise: None,
     };
@@ -775,6 +807,7 @@ pub fn defs() -> Vec<OpDef> {
         pointwise: Some(Pointwise {
             operands: operands_as_output,
             block: gelu_block,
+            f32_tile: gelu_f32_tile,
         }),
         rowwise: None,
     });
@@ -808,6 +841,7 @@ pub fn defs() -> Vec<OpDef> {
         pointwise: Some(Pointwise {
             operands: operands_where,
             block: where_block,
+            f32_tile: no_f32_tile,
         }),
         rowwise: None,
     });
@@ -824,6 +858,7 @@ pub fn defs() -> Vec<OpDef> {
         pointwise: Some(Pointwise {
             operands: operands_as_given,
             block: clamp_block,
+            f32_tile: no_f32_tile,
         }),
         rowwise: None,
     });
@@ -844,6 +879,7 @@ pub fn defs() -> Vec<OpDef> {
         pointwise: Some(Pointwise {
             operands: operands_as_given,
             block: |a| Ok(cast_block(a.inputs[0], a.output)),
+            f32_tile: no_f32_tile,
         }),
         rowwise: None,
     });

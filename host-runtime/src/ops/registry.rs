@@ -78,6 +78,35 @@ pub struct Pointwise {
     pub operands: fn(&MetaArgs, &TensorMeta) -> Vec<DType>,
     /// Element `i` of the result from element `i` of each operand.
     pub block: fn(&PointwiseArgs) -> Result<Buffer, String>,
+    /// The op's f32 loop for these attributes, when all its operands and its result are f32:
+    /// bitwise what `block` gives there. Fused chains whose every value is f32 run it over
+    /// L1-sized tiles with no per-call dispatch. `None` for ops without one.
+    pub f32_tile: fn(&ResolvedAttrs) -> Option<F32Tile>,
+}
+
+/// An op's f32 loop over a tile, `out[i] = f(a[i], ...)`, compiled for the CPU's widest
+/// vectors; the slices have one length.
+#[derive(Clone, Copy, Debug)]
+pub enum F32Tile {
+    /// One operand.
+    Unary(fn(&[f32], &mut [f32])),
+    /// Two operands.
+    Binary(fn(&[f32], &[f32], &mut [f32])),
+}
+
+impl F32Tile {
+    /// Operands the loop reads.
+    pub fn arity(self) -> usize {
+        match self {
+            F32Tile::Unary(_) => 1,
+            F32Tile::Binary(_) => 2,
+        }
+    }
+}
+
+/// [`Pointwise::f32_tile`] of ops without an f32 loop.
+pub fn no_f32_tile(_: &ResolvedAttrs) -> Option<F32Tile> {
+    None
 }
 
 /// What [`Rowwise::prepare`] is handed.
