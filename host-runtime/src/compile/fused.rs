@@ -146,17 +146,10 @@ impl F32Chain {
     fn lower(
         steps: &[Step],
         results: &[usize],
+        released: &[Vec<usize>],
         source_dtypes: &[DType],
         block: Option<DType>,
     ) -> Option<F32Chain> {
-        let mut last_read: Vec<usize> = (0..steps.len()).collect();
-        for (i, step) in steps.iter().enumerate() {
-            for &(operand, _) in &step.args {
-                if let Operand::Step(j) = operand {
-                    last_read[j] = i;
-                }
-            }
-        }
         let mut slot_of: Vec<usize> = Vec::with_capacity(steps.len());
         let (mut slots, mut free) = (0, Vec::new());
         let mut lowered = Vec::with_capacity(steps.len());
@@ -184,11 +177,7 @@ impl F32Chain {
             });
             slot_of.push(slot);
             lowered.push(F32Step { kernel, args, slot });
-            for (j, &last) in last_read.iter().enumerate().take(i + 1) {
-                if last == i && !results.contains(&j) {
-                    free.push(slot_of[j]);
-                }
-            }
+            free.extend(released[i].iter().map(|&j| slot_of[j]));
         }
         let bytes_per_position = 4 * (slots + source_dtypes.len() + usize::from(block.is_some()));
         Some(F32Chain {
@@ -211,39 +200,26 @@ impl F32Chain {
     ) {
         let room = self.tile.min(len);
         let mut slots: SmallVec<[Vec<f32>; 8]> = (0..self.slots).map(|_| vec![0.0; room]).collect();
-        // Dense sources are read in place; the others are gathered a tile at a time, except a
-        // broadcast scalar, gathered once.
-        let dense: SmallVec<[Option<&[f32]>; 4]> = sources
-            .iter()
-            .map(|s| {
-                s.dense
-                    .then(|| &s.tensor.data::<f32>()[s.tensor.layout().offset..])
-            })
-            .collect();
-        let mut gathered: SmallVec<[Vec<f32>; 4]> = sources
-            .iter()
-            .map(|s| match (s.dense, s.scalar()) {
-                (true, _) => Vec::new(),
-                (false, Some(v)) => vec![v; room],
-                (false, None) => vec![0.0; room],
-            })
-            .collect();
+        let mut tile_sources: SmallVec<[TileSource; 4]> =
+            sources.iter().map(|s| TileSource::new(s, room)).collect();
         let block = block.map(|b| f32::of(b).expect("f32 chains have an f32 block"));
         let mut at = 0;
         while at < len {
             let n = room.min(len - at);
-            for ((s, g), d) in sources.iter().zip(&mut gathered).zip(&dense) {
-                if d.is_none() && s.scalar().is_none() {
-                    s.gather_f32(start + at, &mut g[..n]);
+            for (source, tile) in sources.iter().zip(&mut tile_sources) {
+                if let TileSource::Gathered(values) = tile {
+                    values.clear();
+                    source.gather_onto(start + at, n, values);
                 }
             }
             for step in &self.steps {
                 let mut out = std::mem::take(&mut slots[step.slot]);
                 let arg = |a: TileArg| -> &[f32] {
                     match a {
-                        TileArg::Source(i) => match dense[i] {
-                            Some(d) => &d[start + at..start + at + n],
-                            None => &gathered[i][..n],
+                        TileArg::Source(i) => match &tile_sources[i] {
+                            TileSource::Dense(values) => &values[start + at..start + at + n],
+                            TileSource::Broadcast(values) => &values[..n],
+                            TileSource::Gathered(values) => values,
                         },
                         TileArg::Block => {
                             &block.expect("kernels with a block operand pass it")[at..at + n]
@@ -261,6 +237,30 @@ impl F32Chain {
                 put(r, Elements::F32(&slots[k][..n]));
             }
             at += n;
+        }
+    }
+}
+
+/// An f32 chain source's values for the current tile.
+enum TileSource<'t> {
+    /// One contiguous run, read in place from position 0 of the loop.
+    Dense(&'t [f32]),
+    /// The one value it broadcasts to every position, filled once.
+    Broadcast(Vec<f32>),
+    /// Gathered through its strides, a tile at a time.
+    Gathered(Vec<f32>),
+}
+
+impl<'t> TileSource<'t> {
+    /// The tile form of `source`, for tiles of at most `room` positions.
+    fn new(source: &Source<'t>, room: usize) -> TileSource<'t> {
+        let data = &source.tensor.data::<f32>()[source.tensor.layout().offset..];
+        if source.dense {
+            TileSource::Dense(data)
+        } else if source.strides[0].iter().all(|&s| s == 0) {
+            TileSource::Broadcast(vec![data[0]; room])
+        } else {
+            TileSource::Gathered(Vec::with_capacity(room))
         }
     }
 }
@@ -304,41 +304,6 @@ impl<'t> Source<'t> {
         }
     }
 
-    /// The one value an f32 source broadcasts to every position, if it is one.
-    fn scalar(&self) -> Option<f32> {
-        self.strides[0]
-            .iter()
-            .all(|&s| s == 0)
-            .then(|| self.tensor.data::<f32>()[self.tensor.layout().offset])
-    }
-
-    /// Writes positions `start..start + out.len()` of the loop to `out`, for an f32 source.
-    fn gather_f32(&self, start: usize, out: &mut [f32]) {
-        let data = self.tensor.data::<f32>();
-        let [step] = strided::inner_strides(&self.strides);
-        let mut at = 0;
-        strided::visit_runs(
-            &self.shape,
-            &self.strides,
-            [self.tensor.layout().offset],
-            start,
-            start + out.len(),
-            |_, run, [o]| {
-                let dst = &mut out[at..at + run];
-                match step {
-                    0 => dst.fill(data[o]),
-                    1 => dst.copy_from_slice(&data[o..o + run]),
-                    s => {
-                        for (i, d) in dst.iter_mut().enumerate() {
-                            *d = data[o + i * s];
-                        }
-                    }
-                }
-                at += run;
-            },
-        );
-    }
-
     /// Positions `start..start + len` of the loop, as a dense block of the tensor's dtype.
     fn gather(&self, start: usize, len: usize) -> Block<'t> {
         let offset = self.tensor.layout().offset;
@@ -348,16 +313,29 @@ impl<'t> Source<'t> {
                 Block::Borrowed(T::elements(&data[offset + start..offset + start + len]))
             } else {
                 let mut out = Vec::with_capacity(len);
-                let [step] = strided::inner_strides(&self.strides);
-                strided::visit_runs(&self.shape, &self.strides, [offset], start, start + len,
-                    |_, run, [o]| match step {
-                        0 => out.extend(std::iter::repeat_n(data[o], run)),
-                        1 => out.extend_from_slice(&data[o..o + run]),
-                        s => out.extend((0..run).map(|i| data[o + i * s])),
-                    });
+                self.gather_onto(start, len, &mut out);
                 Block::Owned(T::into_buffer(out))
             }
         })
+    }
+
+    /// Appends positions `start..start + len` of the loop to `out` (of the tensor's dtype),
+    /// read through the source's strides.
+    fn gather_onto<T: Element>(&self, start: usize, len: usize, out: &mut Vec<T>) {
+        let data = self.tensor.data::<T>();
+        let [step] = strided::inner_strides(&self.strides);
+        strided::visit_runs(
+            &self.shape,
+            &self.strides,
+            [self.tensor.layout().offset],
+            start,
+            start + len,
+            |_, run, [o]| match step {
+                0 => out.extend(std::iter::repeat_n(data[o], run)),
+                1 => out.extend_from_slice(&data[o..o + run]),
+                s => out.extend((0..run).map(|i| data[o + i * s])),
+            },
+        );
     }
 }
 
@@ -722,6 +700,7 @@ impl Lowering<'_> {
         let f32 = F32Chain::lower(
             &steps,
             &results,
+            &released,
             &source_dtypes,
             block.map(|v| g.meta(v).dtype),
         );

@@ -4,13 +4,14 @@
 //! moves the event into a ring buffer (which stops allocating once it has grown to its
 //! capacity). Subscribers cost one clone of the event per publish.
 
-use super::clock::Clock;
-use super::event::{Event, EventKind};
-use crate::device::CoreId;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::clock::Clock;
+use super::event::{Event, EventKind};
+use crate::device::CoreId;
 
 /// How many events the bus keeps by default before dropping the oldest.
 pub const DEFAULT_CAPACITY: usize = 100_000;
