@@ -14,7 +14,7 @@ use crate::device::host::{host_limit_from_env, HostLimitError};
 use crate::device::memory::{Allocation, DeviceMemory, MemoryError};
 use crate::device::topology::{CoreId, Topology};
 use crate::error::{Error, Result};
-use crate::events::{EventBus, EventKind, OpEvent, TensorSig};
+use crate::events::{EventBus, EventKind, MemoryEvent, OpEvent, TensorSig};
 use crate::ops::attrs::{Attrs, ResolvedAttrs};
 use crate::ops::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpId, Registry, ViewResult};
 use crate::tensor::{checked_numel, Buffer, Layout, Storage, Tensor, TensorMeta};
@@ -228,6 +228,7 @@ impl Runtime {
         let out_metas = (def.infer)(&meta_args).map_err(op_err)?;
         // One clock read stamps the op event and its output allocations' events.
         let start_us = self.bus.now_us();
+        let mut alloc_events = SmallVec::<[MemoryEvent; 2]>::new();
         let outputs = match def.exec {
             Exec::View(view) => {
                 let input = inputs[0];
@@ -251,23 +252,38 @@ impl Runtime {
             }
             Exec::Compute(kernel) => {
                 // Reserve before computing, so an oversized request fails without touching RAM.
+                // The alloc events go out with the op's event, under one lock of the bus, or on
+                // their own before an error: every free event has its alloc event.
                 let mut allocations = SmallVec::<[Allocation; 2]>::new();
-                for m in &out_metas {
-                    let bytes = checked_numel(&m.shape)
-                        .and_then(|n| n.checked_mul(m.dtype.size()))
-                        .ok_or_else(|| op_err(format!("output shape {:?} overflows", m.shape)))?;
-                    allocations.push(
-                        self.memory
-                            .reserve_at(core, bytes as u64, start_us)
-                            .map_err(|e| mem_error(def, &metas, e))?,
-                    );
-                }
-                let args = KernelArgs {
-                    inputs,
-                    attrs: &resolved,
-                    outputs: &out_metas,
+                let computed = (|| {
+                    for m in &out_metas {
+                        let bytes = checked_numel(&m.shape)
+                            .and_then(|n| n.checked_mul(m.dtype.size()))
+                            .ok_or_else(|| {
+                                op_err(format!("output shape {:?} overflows", m.shape))
+                            })?;
+                        let (allocation, event) = self
+                            .memory
+                            .reserve_unpublished(core, bytes as u64)
+                            .map_err(|e| mem_error(def, &metas, e))?;
+                        allocations.push(allocation);
+                        alloc_events.push(event);
+                    }
+                    let args = KernelArgs {
+                        inputs,
+                        attrs: &resolved,
+                        outputs: &out_metas,
+                    };
+                    guarded(def.name, || kernel(&args))?.map_err(op_err)
+                })();
+                let buffers = match computed {
+                    Ok(buffers) => buffers,
+                    Err(e) => {
+                        let allocs = alloc_events.into_iter().map(EventKind::Memory);
+                        self.bus.publish_all_at(core, start_us, allocs);
+                        return Err(e);
+                    }
                 };
-                let buffers = guarded(def.name, || kernel(&args))?.map_err(op_err)?;
                 buffers
                     .into_iter()
                     .zip(allocations)
@@ -285,19 +301,17 @@ impl Runtime {
         let cost = (def.cost)(&meta_args, &out_metas);
         let modeled = self.cost.modeled(&cost);
         // The metas move into the event: no copies of shapes on every op's path.
-        self.bus.publish_at(
-            core,
-            start_us,
-            EventKind::Op(OpEvent {
-                name: Cow::Borrowed(def.name),
-                inputs: metas.into_iter().map(TensorSig::from).collect(),
-                outputs: out_metas.into_iter().map(TensorSig::from).collect(),
-                flops: cost.flops,
-                bytes: cost.bytes_read + cost.bytes_written,
-                host_us,
-                modeled,
-            }),
-        );
+        let op = EventKind::Op(OpEvent {
+            name: Cow::Borrowed(def.name),
+            inputs: metas.into_iter().map(TensorSig::from).collect(),
+            outputs: out_metas.into_iter().map(TensorSig::from).collect(),
+            flops: cost.flops,
+            bytes: cost.bytes_read + cost.bytes_written,
+            host_us,
+            modeled,
+        });
+        let allocs = alloc_events.into_iter().map(EventKind::Memory);
+        self.bus.publish_all_at(core, start_us, allocs.chain([op]));
         Ok(outputs)
     }
 }

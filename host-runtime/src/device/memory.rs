@@ -111,6 +111,21 @@ impl DeviceMemory {
         bytes: u64,
         at_us: f64,
     ) -> Result<Allocation, MemoryError> {
+        let (allocation, event) = self.reserve_unpublished(core, bytes)?;
+        if let Some(bus) = &self.bus {
+            bus.publish_at(core, at_us, EventKind::Memory(event));
+        }
+        Ok(allocation)
+    }
+
+    /// Reserves like [`DeviceMemory::reserve`] but leaves the alloc event to the caller: the
+    /// runtime, whose memory publishes on the runtime's own bus, publishes an op's alloc events
+    /// together with the op's event, under one lock of the bus instead of one per event.
+    pub fn reserve_unpublished(
+        self: &Arc<Self>,
+        core: CoreId,
+        bytes: u64,
+    ) -> Result<(Allocation, MemoryEvent), MemoryError> {
         let mut stats = self.lock(core)?;
         if stats.in_use.saturating_add(bytes) > self.capacity {
             return Err(MemoryError::OutOfMemory {
@@ -135,15 +150,13 @@ impl DeviceMemory {
         stats.in_use += bytes;
         stats.peak = stats.peak.max(stats.in_use);
         stats.allocations += 1;
-        let snapshot = *stats;
-        // Publish outside the lock: a subscriber may ask for stats.
-        drop(stats);
-        self.publish(core, MemoryAction::Alloc, bytes, snapshot, at_us);
-        Ok(Allocation {
+        let event = change(MemoryAction::Alloc, bytes, &stats);
+        let allocation = Allocation {
             memory: Arc::clone(self),
             core,
             bytes,
-        })
+        };
+        Ok((allocation, event))
     }
 
     /// The memory use of `core`.
@@ -187,28 +200,28 @@ impl DeviceMemory {
         };
         stats.in_use -= bytes;
         stats.allocations -= 1;
-        let snapshot = *stats;
+        let event = change(MemoryAction::Free, bytes, &stats);
+        // Publish outside the lock: a subscriber may ask for stats.
         drop(stats);
         self.host_in_use.fetch_sub(bytes, Ordering::AcqRel);
-        self.publish(core, MemoryAction::Free, bytes, snapshot, self.now_us());
+        if let Some(bus) = &self.bus {
+            bus.publish(core, EventKind::Memory(event));
+        }
     }
 
     /// The bus clock now (0 without a bus: nothing is stamped then).
     fn now_us(&self) -> f64 {
         self.bus.as_ref().map_or(0.0, |bus| bus.now_us())
     }
+}
 
-    /// Publishes the event of a change that happened at `at_us` on the bus clock.
-    fn publish(&self, core: CoreId, action: MemoryAction, bytes: u64, stats: MemStats, at_us: f64) {
-        if let Some(bus) = &self.bus {
-            let event = MemoryEvent {
-                action,
-                bytes,
-                in_use: stats.in_use,
-                peak: stats.peak,
-            };
-            bus.publish_at(core, at_us, EventKind::Memory(event));
-        }
+/// The event of a change of `bytes` that left a core at `stats`.
+fn change(action: MemoryAction, bytes: u64, stats: &MemStats) -> MemoryEvent {
+    MemoryEvent {
+        action,
+        bytes,
+        in_use: stats.in_use,
+        peak: stats.peak,
     }
 }
 

@@ -9,6 +9,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use smallvec::SmallVec;
+
 use super::clock::Clock;
 use super::event::{Event, EventKind};
 use crate::device::CoreId;
@@ -35,6 +37,18 @@ struct Recorder {
 }
 
 impl Recorder {
+    /// `kind` as the next event in the stream.
+    fn stamp(&mut self, core: CoreId, ts_us: f64, kind: EventKind) -> Event {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Event {
+            seq,
+            ts_us,
+            core,
+            kind,
+        }
+    }
+
     fn push(&mut self, event: Event) {
         if self.capacity == 0 {
             self.dropped += 1;
@@ -91,26 +105,43 @@ impl EventBus {
     /// Publishes an event that started at `start_us` (from [`EventBus::now_us`]), so that
     /// spans measured by the caller line up in traces. Returns its `seq`.
     pub fn publish_at(&self, core: CoreId, start_us: f64, kind: EventKind) -> u64 {
+        self.publish_all_at(core, start_us, std::iter::once(kind))
+    }
+
+    /// Publishes events that started at `start_us`, with consecutive `seq`s: one lock for
+    /// all of them, which is what an op's event and its outputs' alloc events cost together
+    /// on every op's path. Returns the first one's `seq`.
+    pub fn publish_all_at(
+        &self,
+        core: CoreId,
+        start_us: f64,
+        kinds: impl IntoIterator<Item = EventKind>,
+    ) -> u64 {
         let mut recorder = self.recorder();
-        let seq = recorder.next_seq;
-        recorder.next_seq += 1;
-        let event = Event {
-            seq,
-            ts_us: start_us,
-            core,
-            kind,
-        };
+        let first = recorder.next_seq;
         if recorder.subscribers.is_empty() {
-            recorder.push(event);
-            return seq;
+            for kind in kinds {
+                let event = recorder.stamp(core, start_us, kind);
+                recorder.push(event);
+            }
+            return first;
         }
         let subscribers = Arc::clone(&recorder.subscribers);
-        recorder.push(event.clone());
+        let events: SmallVec<[Event; 3]> = kinds
+            .into_iter()
+            .map(|kind| {
+                let event = recorder.stamp(core, start_us, kind);
+                recorder.push(event.clone());
+                event
+            })
+            .collect();
         drop(recorder);
-        for (_, subscriber) in subscribers.iter() {
-            subscriber(&event);
+        for event in &events {
+            for (_, subscriber) in subscribers.iter() {
+                subscriber(event);
+            }
         }
-        seq
+        first
     }
 
     /// Calls `subscriber` with every event published from now on, on the publishing thread.
