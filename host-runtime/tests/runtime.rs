@@ -296,6 +296,66 @@ fn ops_publish_events_with_modeled_time_and_the_trace_has_tracks() {
     assert!(thread_names.contains(&"neuron:0"), "{thread_names:?}");
 }
 
+/// The events of the memory changes on core 0, in stream order, as (action, bytes, seq).
+fn memory_changes(rt: &Runtime, since: u64) -> Vec<(String, u64, u64)> {
+    rt.bus()
+        .since(since)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Memory(m) => Some((format!("{:?}", m.action), m.bytes, e.seq)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_op_publishes_its_alloc_events_just_before_its_own_even_when_it_fails() {
+    let rt = rt();
+    let x = f32s(&rt, &[1.0, 2.0, 3.0], &[3]);
+    let start = rt.bus().next_seq();
+    let y = rt.call1("exp", &[&x], &attrs()).unwrap();
+    let events = rt.bus().since(start);
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.tag()).collect();
+    assert_eq!(kinds, ["memory", "op"]);
+    assert_eq!(events[1].seq, events[0].seq + 1);
+    assert_eq!(
+        events[0].ts_us, events[1].ts_us,
+        "the alloc is stamped with its op"
+    );
+    drop(y);
+    let changes = memory_changes(&rt, start);
+    assert_eq!(
+        changes
+            .iter()
+            .map(|(a, b, _)| (a.as_str(), *b))
+            .collect::<Vec<_>>(),
+        [("Alloc", 12), ("Free", 12)]
+    );
+
+    // pow of integers fails in its kernel, after the output was reserved: the alloc event
+    // still goes out, before the free that gives the bytes back, and no op event does.
+    let base = rt.tensor(Buffer::I64(vec![2, 3]), &[2]).unwrap();
+    let exponent = rt.tensor(Buffer::I64(vec![1, -1]), &[2]).unwrap();
+    let start = rt.bus().next_seq();
+    let in_use = rt.memory().stats(CoreId(0)).unwrap().in_use;
+    let message = op_error(rt.call("pow", &[&base, &exponent], &attrs()), "pow");
+    assert!(message.contains("negative integer powers"), "{message}");
+    let changes = memory_changes(&rt, start);
+    assert_eq!(
+        changes
+            .iter()
+            .map(|(a, b, _)| (a.as_str(), *b))
+            .collect::<Vec<_>>(),
+        [("Alloc", 16), ("Free", 16)]
+    );
+    assert!(rt
+        .bus()
+        .since(start)
+        .iter()
+        .all(|e| !matches!(e.kind, EventKind::Op(_))));
+    assert_eq!(rt.memory().stats(CoreId(0)).unwrap().in_use, in_use);
+}
+
 #[test]
 fn formatting_matches_numpy_conventions() {
     let rt = rt();
