@@ -87,9 +87,20 @@ pub fn dense(t: &Tensor) -> Tensor {
     )
 }
 
+/// Whether `shape` holds exactly one element (a scalar, or all dims 1). The maps give such
+/// results straight from the operands' one element each: the scalar math of a guest's loop
+/// then skips the chunking, cancellation checks and vector dispatch that pay off from a few
+/// elements on.
+fn is_one_element(shape: &[usize]) -> bool {
+    shape.iter().all(|&d| d == 1)
+}
+
 /// Applies `f` to every element of `x`, in row-major order.
 pub fn map1<S: Element, U: Send>(x: &Tensor, f: impl Fn(S) -> U + Sync + Send) -> Vec<U> {
     let data = x.data::<S>();
+    if is_one_element(x.shape()) {
+        return vec![f(data[x.layout().offset])];
+    }
     strided::map_runs(
         x.shape(),
         [x.strides()],
@@ -118,6 +129,9 @@ pub fn map2<A: Element, B: Element, U: Send>(
     f: impl Fn(A, B) -> U + Sync + Send,
 ) -> Vec<U> {
     let (da, db) = (a.data::<A>(), b.data::<B>());
+    if is_one_element(out_shape) {
+        return vec![f(da[a.layout().offset], db[b.layout().offset])];
+    }
     let (sa, sb) = (operand_strides(a, out_shape), operand_strides(b, out_shape));
     strided::map_runs(
         out_shape,
@@ -162,6 +176,10 @@ pub fn map3<A: Element, B: Element, C: Element, U: Send>(
     f: impl Fn(A, B, C) -> U + Sync + Send,
 ) -> Vec<U> {
     let (da, db, dc) = (a.data::<A>(), b.data::<B>(), c.data::<C>());
+    if is_one_element(out_shape) {
+        let [p, q, r] = [a, b, c].map(|t| t.layout().offset);
+        return vec![f(da[p], db[q], dc[r])];
+    }
     let s: [Cow<[usize]>; 3] = [a, b, c].map(|t| operand_strides(t, out_shape));
     strided::map_runs(
         out_shape,

@@ -1027,6 +1027,83 @@ mod tests {
         assert!(checked > 500, "{checked} cases");
     }
 
+    /// One-element operands take a shortcut through the maps (no chunks, no vector
+    /// dispatch): every elementwise op, on every dtype, gives element k of its result on whole
+    /// tensors when its operands are element k alone, as 0-d views and as [1] slices, at
+    /// their offset k in the storage.
+    #[test]
+    fn one_element_operands_give_the_same_bits_as_whole_tensors() {
+        let rt = Runtime::new(RuntimeOptions {
+            topology: Topology::preset("trn2.3xlarge", None).unwrap(),
+            host_limit: 1 << 30,
+        });
+        let element = |t: &Tensor, k: i64, zero_d: bool| {
+            let one = rt
+                .call1(
+                    "narrow",
+                    &[t],
+                    &Attrs::new()
+                        .with("dim", 0)
+                        .with("start", k)
+                        .with("length", 1),
+                )
+                .unwrap();
+            if zero_d {
+                rt.call1("squeeze", &[&one], &Attrs::new()).unwrap()
+            } else {
+                one
+            }
+        };
+        let mut checked = 0;
+        for def in Registry::global().ops() {
+            if !matches!(def.group, OpGroup::Elementwise | OpGroup::Comparison) {
+                continue;
+            }
+            let attrs = match def.name {
+                "clamp" => Attrs::new().with("min", -0.5).with("max", 1.5),
+                "cast" => Attrs::new().with("dtype", DType::F32),
+                _ => Attrs::new(),
+            };
+            for &dtype in &DType::ALL {
+                let inputs: Vec<Tensor> = (0..def.inputs.len())
+                    .map(|i| {
+                        values(
+                            &rt,
+                            if (def.name, i) == ("where", 0) {
+                                DType::Bool
+                            } else {
+                                dtype
+                            },
+                            i,
+                        )
+                    })
+                    .collect();
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                let Ok(whole) = rt.call(def.name, &refs, &attrs) else {
+                    continue;
+                };
+                let whole = whole[0].to_buffer();
+                for k in [0, 5, 15] {
+                    for zero_d in [true, false] {
+                        let ones: Vec<Tensor> =
+                            inputs.iter().map(|t| element(t, k, zero_d)).collect();
+                        let refs: Vec<&Tensor> = ones.iter().collect();
+                        let got = rt.call1(def.name, &refs, &attrs).unwrap();
+                        assert_eq!(got.layout().offset, 0);
+                        let want = with_dtype!(whole.dtype(), T => T::into_buffer(vec![T::slice(&whole).unwrap()[k as usize]]));
+                        assert!(
+                            same(&got.to_buffer(), &want),
+                            "{} on {dtype} element {k} (0-d: {zero_d})",
+                            def.name
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked} cases");
+    }
+
     fn runtime() -> Runtime {
         Runtime::new(RuntimeOptions {
             topology: Topology::preset("trn2.3xlarge", None).unwrap(),
