@@ -225,6 +225,7 @@ def rows_table(cast_dtype) -> list[Row]:
         Row("dispatch_guest_tiny_op", np_tiny_add, DISPATCH_CALLS, judge="latency",
             target=("<=", 1e-6)),
         Row("dispatch_host_tiny_op", np_tiny_add, DISPATCH_CALLS, judge="latency"),
+        Row("dispatch_guest_host_call", judge="latency"),
         # The bound for a cache hit: 2 µs plus 100 ns per graph node.
         Row("cache_hit_10op", judge="latency", target=("<=", 2e-6 + 10 * 100e-9)),
     ]
@@ -478,6 +479,12 @@ def main() -> None:
               f"the compiled chain takes {compiled_s / by_hand_s:.2f} x that, and eager / by hand "
               f"is {eager_s / by_hand_s:.2f}, the most eager / compiled could reach with this "
               f"math and memory traffic")
+    dispatch = ("dispatch_guest_tiny_op", "dispatch_host_tiny_op", "dispatch_guest_host_call")
+    if all(c in med for c in dispatch):
+        guest_s, host_s, crossing_s = (med[c] for c in dispatch)
+        print(f"  dispatch: from a guest, add + drop takes {fmt_time(guest_s)}: the host API's "
+              f"{fmt_time(host_s)}, two crossings into the host at {fmt_time(crossing_s)} each, "
+              f"and {fmt_time(guest_s - host_s - 2 * crossing_s)} of handle-table and ABI work")
 
 if __name__ == "__main__":
     main()

@@ -78,3 +78,19 @@ fn a_filter_matching_nothing_fails_and_lists_the_ids() {
         "{err}"
     );
 }
+
+#[test]
+fn the_guest_dispatch_cases_run_their_loops_in_a_guest() {
+    // Each case asserts that its guest loop returned success before it reports a time.
+    let doc = document(&bench(&["--json", "--filter", "dispatch_guest"]));
+    let cases = doc["cases"].as_array().expect("a cases array");
+    let ids: Vec<&str> = cases.iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids, ["dispatch_guest_tiny_op", "dispatch_guest_host_call"]);
+    for case in cases {
+        assert!(
+            case["calls_per_rep"].as_u64().is_some_and(|n| n > 1),
+            "{case}"
+        );
+        assert!(case["median_s"].as_f64().is_some_and(|s| s > 0.0), "{case}");
+    }
+}

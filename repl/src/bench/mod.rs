@@ -183,6 +183,15 @@ fn quiet_runtime() -> Result<Arc<Runtime>, String> {
 }
 
 fn guest_tiny_op(_: &Arc<Runtime>) -> Result<Sample, String> {
+    guest_loop("loop")
+}
+
+fn guest_host_call(_: &Arc<Runtime>) -> Result<Sample, String> {
+    guest_loop("rank_loop")
+}
+
+/// Times `entry(DISPATCH_CALLS)` of tiny_op.wat, per iteration of its loop.
+fn guest_loop(entry: &str) -> Result<Sample, String> {
     let sandbox = Sandbox::new(None).map_err(|e| e.to_string())?;
     let module = sandbox
         .load("tiny_op.wat", TINY_OP_WAT)
@@ -201,7 +210,8 @@ fn guest_tiny_op(_: &Arc<Runtime>) -> Result<Sample, String> {
     let arg = [DISPATCH_CALLS.to_string()];
     let timing = measure(
         || {
-            guest.call("loop", &arg).expect("the benchmark guest runs");
+            let status = guest.call(entry, &arg).expect("the benchmark guest runs");
+            assert_eq!(status, ["0"], "{entry} failed in the guest");
         },
         || runtime.bus().clear(),
     );
@@ -290,6 +300,16 @@ fn suite() -> Vec<Case> {
         ),
         "dispatch",
         host_tiny_op,
+    ));
+    cases.push(Case::new(
+        "dispatch_guest_host_call",
+        format!(
+            "the rank of a tensor asked from a wasm guest (the cheapest host call with a \
+             handle lookup: the cost of crossing into the host and back), per call \
+             ({DISPATCH_CALLS} calls per run)"
+        ),
+        "dispatch",
+        guest_host_call,
     ));
     cases.push(compile::cache_hit_case());
     cases.push(Case::new(
