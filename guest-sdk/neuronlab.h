@@ -217,6 +217,23 @@ NL_IMPORT("dist_to_local") int32_t nl_dist_to_local(int32_t dt);
 /** Copies up to `cap` bytes of a group's, mesh's or distributed tensor's description. */
 NL_IMPORT("dist_describe") int32_t nl_dist_describe(int32_t h, char *ptr, int32_t cap);
 
+/* vars (ABI 1.2): session variables, which later cells of a notebook or REPL read. Names are
+ * Rust identifiers. */
+
+/** The variable `name` now refers to the tensor behind `h` (the handle stays yours); 0. */
+NL_IMPORT("var_set_tensor")
+int32_t nl_var_set_tensor(const char *name, int32_t name_len, int32_t h);
+/** A new handle to the tensor of variable `name`. */
+NL_IMPORT("var_get_tensor") int32_t nl_var_get_tensor(const char *name, int32_t name_len);
+/** Sets a plain value (kind 1, payload "<type>\n<text>") or a cell-local one (kind 0, payload
+ * its type name); 0. */
+NL_IMPORT("var_set_value")
+int32_t nl_var_set_value(const char *name, int32_t name_len, int32_t kind, const char *ptr,
+                         int32_t len);
+/** Copies up to `cap` bytes of the plain value's "<type>\n<text>"; returns its full length. */
+NL_IMPORT("var_get_value")
+int32_t nl_var_get_value(const char *name, int32_t name_len, char *ptr, int32_t cap);
+
 #undef NL_IMPORT
 
 /* ---- Strings --------------------------------------------------------------------------- */

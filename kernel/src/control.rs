@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jupyter_protocol::{InterruptReply, ShutdownReply};
 use jupyter_zmq_client::KernelControlConnection;
-use neuronlab_runtime::session::Interrupter;
+use neuronlab_session::Interrupter;
 use tokio::sync::watch;
 
 use crate::handlers::info;

@@ -14,6 +14,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use neuronlab_core::paths::DataFile;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,7 +55,7 @@ pub struct History {
 /// The default history file, or `None` when neither `XDG_DATA_HOME` nor `HOME` is an
 /// absolute path.
 pub fn default_path() -> Option<PathBuf> {
-    neuronlab_runtime::sandbox::data_root().map(|d| d.join("kernel-history.jsonl"))
+    DataFile::KernelHistory.path()
 }
 
 impl History {

@@ -1,5 +1,5 @@
 //! The neuronlab Jupyter kernel (DESIGN.md section 7): Jupyter's messaging protocol over
-//! ZeroMQ in front of the same [`Session`](neuronlab_runtime::session::Session) the REPL
+//! ZeroMQ in front of the same [`Session`](neuronlab_session::Session) the REPL
 //! drives. Cells are Rust (built for wasm32 and run sandboxed) or `%` magics.
 //!
 //! - [`connection`]: the connection file and the five sockets;

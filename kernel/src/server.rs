@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use jupyter_protocol::Status;
 use jupyter_zmq_client::{KernelHeartbeatConnection, KernelStdinConnection};
-use neuronlab_runtime::session::Interrupter;
+use neuronlab_session::Interrupter;
 use tokio::sync::watch;
 use zeromq::{SocketRecv, SocketSend};
 

@@ -9,7 +9,7 @@
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
 
-use neuronlab_runtime::session::{Interrupter, Session, SessionOptions};
+use neuronlab_session::{Interrupter, Session, SessionOptions};
 use tokio::sync::watch;
 
 use crate::handlers::{execute, history, info, introspect};

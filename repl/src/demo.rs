@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use neuronlab_runtime::events::{op_table, save_chrome_trace, Summary};
-use neuronlab_runtime::ops::Attrs;
-use neuronlab_runtime::tensor::{format_tensor, FormatOptions};
-use neuronlab_runtime::{Runtime, Tensor};
+use neuronlab_core::events::{op_table, save_chrome_trace, Summary};
+use neuronlab_core::ops::Attrs;
+use neuronlab_core::tensor::{format_tensor, FormatOptions};
+use neuronlab_core::{Runtime, Tensor};
 
 const MODEL: usize = 256;
 const HIDDEN: usize = 1024;
@@ -51,16 +51,11 @@ fn call(
     op: &str,
     inputs: &[&Tensor],
     attrs: Attrs,
-) -> neuronlab_runtime::Result<Tensor> {
+) -> neuronlab_core::Result<Tensor> {
     rt.call1(op, inputs, &attrs)
 }
 
-fn randn(
-    rt: &Runtime,
-    shape: &[usize],
-    seed: i64,
-    scale: f64,
-) -> neuronlab_runtime::Result<Tensor> {
+fn randn(rt: &Runtime, shape: &[usize], seed: i64, scale: f64) -> neuronlab_core::Result<Tensor> {
     let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let x = call(
         rt,
@@ -79,7 +74,7 @@ fn randn(
     call(rt, "mul", &[&x, &s], Attrs::new())
 }
 
-fn block(rt: &Runtime, tokens: usize) -> neuronlab_runtime::Result<Tensor> {
+fn block(rt: &Runtime, tokens: usize) -> neuronlab_core::Result<Tensor> {
     let x = randn(rt, &[tokens, MODEL], 0, 1.0)?;
     let init = 1.0 / (MODEL as f64).sqrt();
     let (wq, wk, wv, wo) = (

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use neuronlab_runtime::session::Outcome;
+use neuronlab_session::Outcome;
 
 use crate::repl::interrupt::CtrlC;
 use crate::repl::new_session;

@@ -13,10 +13,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use neuronlab_runtime::device::topology::Topology;
-use neuronlab_runtime::ops::Registry;
-use neuronlab_runtime::sandbox::{cache_root, Limits};
-use neuronlab_runtime::toolchain::{self, Toolchain};
+use neuronlab_core::device::topology::Topology;
+use neuronlab_core::ops::Registry;
+use neuronlab_core::paths::CacheDir;
+use neuronlab_sandbox::Limits;
+use neuronlab_session::toolchain::{self, Toolchain};
 
 // The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
 #[global_allocator]
@@ -258,7 +259,7 @@ fn build(crate_dir: &Path, output: Option<&Path>) -> Result<PathBuf, String> {
     let toolchain = Toolchain::detect()?;
     let name = toolchain::package_name(crate_dir)?;
     eprintln!("building {name} with {}", toolchain.describe());
-    let wasm = toolchain.build(crate_dir, &cache_root().join("guest-target"))?;
+    let wasm = toolchain.build(crate_dir, &CacheDir::GuestTarget.path())?;
     let dest = output.map_or_else(
         || toolchain::prebuilt_path(&name, crate_dir),
         Path::to_path_buf,

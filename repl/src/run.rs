@@ -6,17 +6,16 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use neuronlab_runtime::dist::comm::parse_timeout;
-use neuronlab_runtime::dist::WorldOptions;
-use neuronlab_runtime::events::{LogFilter, Summary};
-use neuronlab_runtime::plot;
-use neuronlab_runtime::sandbox::{GuestOutput, Limits, ModuleSource, Sandbox};
-use neuronlab_runtime::spmd::{
+use neuronlab_core::events::{LogFilter, Summary};
+use neuronlab_core::tensor::{format_tensor, FormatOptions};
+use neuronlab_core::Runtime;
+use neuronlab_dist::comm::parse_timeout;
+use neuronlab_dist::WorldOptions;
+use neuronlab_sandbox::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
 };
-use neuronlab_runtime::tensor::{format_tensor, FormatOptions};
-use neuronlab_runtime::vars::VarStore;
-use neuronlab_runtime::Runtime;
+use neuronlab_sandbox::Shared;
+use neuronlab_sandbox::{GuestOutput, Limits, ModuleSource, Sandbox};
 
 /// Renders one piece of guest output on a terminal.
 fn show(output: GuestOutput) {
@@ -34,7 +33,7 @@ fn show(output: GuestOutput) {
         GuestOutput::Display { mime, data } => {
             println!("[{mime}: {} bytes; shown in notebooks]", data.len())
         }
-        GuestOutput::Plot(plot) => println!("{}", plot::text::render(&plot)),
+        GuestOutput::Plot(plot) => println!("{}", neuronlab_plot::text::render(&plot)),
         // Requests about how a notebook arranges its output; a terminal prints in order.
         GuestOutput::ResultNext
         | GuestOutput::DisplayIdNext { .. }
@@ -92,7 +91,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         sandbox,
         &module,
         runtime.clone(),
-        Arc::new(VarStore::new()),
+        Shared::default(),
         &spmd,
         Arc::new(move |rank, o| sink.emit(rank, o)),
         &SpmdInterrupt::new(),

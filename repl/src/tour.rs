@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use neuronlab_runtime::session::{Outcome, Session};
+use neuronlab_session::{Outcome, Session};
 
 use crate::repl::interrupt::CtrlC;
 use crate::repl::new_session;

@@ -1,5 +1,5 @@
 //! `neuronlab exec --keep-going` over files of cells that use every magic of
-//! [`MAGICS`](neuronlab_runtime::session::magics::MAGICS), with good and bad arguments, and over
+//! [`MAGICS`](neuronlab_session::magics::MAGICS), with good and bad arguments, and over
 //! Rust cells that fail in every way a cell can: it does not compile, refers to a variable that
 //! does not exist, panics, traps, exhausts its memory, loops until the deadline, or is stopped
 //! by SIGINT. Each failure must give a clear message under its own cell's header, and the next
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use neuronlab_runtime::session::magics::{find, MAGICS};
+use neuronlab_session::magics::{find, MAGICS};
 
 /// How long one `neuronlab exec` run may take (the first cell build of a machine is slow).
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -297,7 +297,7 @@ fn every_magic_with_good_and_bad_arguments() {
     let dir = Dir::new("magics");
     std::fs::write(dir.join("ranks.wat"), RANKS_WAT).expect("the ranks module");
     let hello = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../host-runtime/tests/fixtures/hello.wat")
+        .join("../crates/sandbox/tests/fixtures/hello.wat")
         .display()
         .to_string();
     let trace = dir.join("trace.json");

@@ -183,7 +183,7 @@ fn ctrl_c_interrupts_a_runaway_wat_cell_and_the_session_goes_on() {
 
 /// Fails with the way out when this machine cannot build Rust cells.
 fn require_toolchain() {
-    if let Err(e) = neuronlab_runtime::toolchain::Toolchain::detect() {
+    if let Err(e) = neuronlab_session::toolchain::Toolchain::detect() {
         panic!(
             "Rust cells need the wasm32 toolchain, and {e}\n\
              Install it with scripts/setup (CI does), then run the tests again."

@@ -23,7 +23,7 @@ use jupyter_protocol::{
     ExecutionCount, JupyterMessage, Media, MediaType, Payload, ReplyError, ReplyStatus, Transient,
     UpdateDisplayData,
 };
-use neuronlab_runtime::session::{CellError, MimeBundle, Outcome, Output, Session};
+use neuronlab_session::{CellError, MimeBundle, Outcome, Output, Session};
 use serde_json::{json, Value};
 
 use crate::history::History;

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use jupyter_protocol::{
     CodeMirrorMode, CommInfoReply, HelpLink, KernelInfoReply, LanguageInfo, ReplyStatus,
 };
-use neuronlab_runtime::runtime::RuntimeOptions;
-use neuronlab_runtime::toolchain::Toolchain;
+use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_session::toolchain::Toolchain;
 
 /// The messaging protocol version the kernel speaks.
 pub const PROTOCOL_VERSION: &str = "5.3";

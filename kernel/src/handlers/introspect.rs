@@ -6,7 +6,7 @@
 use jupyter_protocol::{
     CompleteReply, InspectReply, IsCompleteReply, Media, MediaType, ReplyStatus,
 };
-use neuronlab_runtime::session::{IsComplete, Session};
+use neuronlab_session::{IsComplete, Session};
 use serde_json::{json, Value};
 
 use crate::wire::Request;

@@ -8,10 +8,10 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use neuronlab_runtime::compile::program::optimize;
-use neuronlab_runtime::device::topology::CoreId;
-use neuronlab_runtime::ops::math::{exp_f32, gelu_tanh_f32, tanh_f32, Isa};
-use neuronlab_runtime::{Runtime, Tensor};
+use neuronlab_compile::program::optimize;
+use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::ops::math::{exp_f32, gelu_tanh_f32, tanh_f32, Isa};
+use neuronlab_core::{Runtime, Tensor};
 use rayon::prelude::*;
 
 use super::compile::{chain8, WrittenOut};
@@ -119,7 +119,7 @@ fn same_as_compiled(rt: &Runtime, written: &WrittenOut) -> Result<(Vec<f32>, Vec
         written.inputs[0].to_vec::<f32>(),
         written.inputs[1].to_vec::<f32>(),
     );
-    let (program, _) = optimize(&written.graph()?).map_err(|e| e.to_string())?;
+    let (program, _) = optimize(rt, &written.graph()?).map_err(|e| e.to_string())?;
     let refs: Vec<&Tensor> = written.inputs.iter().collect();
     let want = program
         .run(rt, CoreId(0), &refs)

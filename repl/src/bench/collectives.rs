@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use neuronlab_runtime::device::topology::Topology;
-use neuronlab_runtime::dist::{ReduceOp, World, WorldOptions};
-use neuronlab_runtime::events::fmt::{bytes, duration};
-use neuronlab_runtime::events::EventKind;
-use neuronlab_runtime::runtime::RuntimeOptions;
-use neuronlab_runtime::tensor::Buffer;
-use neuronlab_runtime::Runtime;
+use neuronlab_core::device::topology::Topology;
+use neuronlab_core::events::fmt::{bytes, duration};
+use neuronlab_core::events::EventKind;
+use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_core::tensor::Buffer;
+use neuronlab_core::Runtime;
+use neuronlab_dist::{ReduceOp, World, WorldOptions};
 
 use super::{median, time};
 

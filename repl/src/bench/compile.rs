@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use neuronlab_runtime::compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
-use neuronlab_runtime::compile::guards::Signature;
-use neuronlab_runtime::compile::program::optimize;
-use neuronlab_runtime::compile::recorder::CachedProgram;
-use neuronlab_runtime::compile::{Graph, ValueId};
-use neuronlab_runtime::device::topology::CoreId;
-use neuronlab_runtime::ops::{Attrs, Registry};
-use neuronlab_runtime::tensor::TensorMeta;
-use neuronlab_runtime::{DType, Runtime, Tensor};
+use neuronlab_compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
+use neuronlab_compile::guards::Signature;
+use neuronlab_compile::program::optimize;
+use neuronlab_compile::recorder::CachedProgram;
+use neuronlab_compile::{Graph, ValueId};
+use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::ops::{Attrs, Registry};
+use neuronlab_core::tensor::TensorMeta;
+use neuronlab_core::{DType, Runtime, Tensor};
 
 use super::{measure, Case, Sample, Work, DISPATCH_CALLS};
 
@@ -219,7 +219,8 @@ pub fn cases() -> Vec<Case> {
             c.group,
             move |rt: &Arc<Runtime>| {
                 let written = build(rt)?;
-                let (program, report) = optimize(&written.graph()?).map_err(|e| e.to_string())?;
+                let (program, report) =
+                    optimize(rt, &written.graph()?).map_err(|e| e.to_string())?;
                 let refs: Vec<&Tensor> = written.inputs.iter().collect();
                 let timing = measure(
                     || {
@@ -239,7 +240,7 @@ pub fn cases() -> Vec<Case> {
                 let graph = build(rt)?.graph()?;
                 let timing = measure(
                     || {
-                        optimize(&graph).expect("the graph optimizes");
+                        optimize(rt, &graph).expect("the graph optimizes");
                     },
                     || {},
                 );
@@ -267,7 +268,7 @@ fn cache_hit(rt: &Arc<Runtime>) -> Result<Sample, String> {
             .map(|(i, op)| (*op, vec![i], Attrs::new()))
             .collect(),
     };
-    let (program, report) = optimize(&written.graph()?).map_err(|e| e.to_string())?;
+    let (program, report) = optimize(rt, &written.graph()?).map_err(|e| e.to_string())?;
     let signature = Signature {
         inputs: vec![TensorMeta::new(vec![1], DType::F32)],
     };

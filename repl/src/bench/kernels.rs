@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use neuronlab_runtime::ops::Attrs;
-use neuronlab_runtime::{DType, Runtime, Tensor};
+use neuronlab_core::ops::Attrs;
+use neuronlab_core::{DType, Runtime, Tensor};
 
 use super::{measure, Case, Sample, Work};
 

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use neuronlab_runtime::device::topology::CoreId;
-use neuronlab_runtime::events::fmt::duration;
-use neuronlab_runtime::ops::Attrs;
-use neuronlab_runtime::sandbox::{Limits, Sandbox};
-use neuronlab_runtime::Runtime;
+use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::events::fmt::duration;
+use neuronlab_core::ops::Attrs;
+use neuronlab_core::Runtime;
+use neuronlab_sandbox::{Limits, Sandbox};
 
 const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 

@@ -14,10 +14,11 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use neuronlab_runtime::events::fmt::{bytes, duration};
-use neuronlab_runtime::sandbox::{cache_root, Sandbox};
-use neuronlab_runtime::session::{Outcome, Output, Session, SessionOptions};
-use neuronlab_runtime::toolchain::{Toolchain, TARGET};
+use neuronlab_core::events::fmt::{bytes, duration};
+use neuronlab_core::paths::CacheDir;
+use neuronlab_sandbox::Sandbox;
+use neuronlab_session::toolchain::{Toolchain, TARGET};
+use neuronlab_session::{Outcome, Output, Session, SessionOptions};
 
 use super::median;
 
@@ -94,10 +95,7 @@ fn wat_cell(value: i64) -> String {
 /// The newest cell module written in `window`: the session's last cell, unless another
 /// session built one in the same moments.
 fn newest_cell_module(window: RangeInclusive<SystemTime>) -> Option<PathBuf> {
-    let dir = cache_root()
-        .join("cell-target")
-        .join(TARGET)
-        .join("release");
+    let dir = CacheDir::CellTarget.path().join(TARGET).join("release");
     std::fs::read_dir(dir)
         .ok()?
         .flatten()

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use neuronlab_runtime::session::{IsComplete, Session};
+use neuronlab_session::{IsComplete, Session};
 use rustyline::completion::{Completer, Pair};
 use rustyline::highlight::{CmdKind, Highlighter};
 use rustyline::hint::Hinter;

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use neuronlab_runtime::session::Interrupter;
+use neuronlab_session::Interrupter;
 
 /// How many presses in one cell make the process leave (for a cell that does not stop).
 const QUIT_AFTER: u32 = 3;

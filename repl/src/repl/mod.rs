@@ -13,7 +13,8 @@ pub mod render;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use neuronlab_runtime::session::{Session, SessionOptions};
+use neuronlab_core::paths::DataFile;
+use neuronlab_session::{Session, SessionOptions};
 use rustyline::config::{ColorMode, CompletionType, Config};
 use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
@@ -32,7 +33,7 @@ pub fn new_session() -> Result<Session, String> {
 /// The history file: `$XDG_DATA_HOME/neuronlab/history`, else
 /// `~/.local/share/neuronlab/history`; `None` when neither base is known.
 pub fn history_path() -> Option<PathBuf> {
-    neuronlab_runtime::sandbox::data_root().map(|d| d.join("history"))
+    DataFile::ReplHistory.path()
 }
 
 /// Runs the REPL until Ctrl-D.

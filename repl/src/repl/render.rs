@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use neuronlab_runtime::session::{CellError, Output};
+use neuronlab_session::{CellError, Output};
 
 /// ANSI styles, applied only when colour is on.
 pub mod style {

@@ -13,9 +13,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use neuronlab_runtime::ops::{AttrValue, Attrs, Registry};
-use neuronlab_runtime::tensor::Buffer;
-use neuronlab_runtime::{DType, Runtime, Tensor};
+use neuronlab_core::ops::{AttrValue, Attrs, Registry};
+use neuronlab_core::tensor::Buffer;
+use neuronlab_core::{DType, Runtime, Tensor};
 use serde_json::{json, Value};
 
 fn attrs_from(v: Option<&Value>) -> Result<Attrs, String> {

@@ -14,9 +14,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use neuronlab_runtime::ops::attrs::{AttrDefault, AttrKind, AttrSpec};
-use neuronlab_runtime::ops::registry::{InputKind, InputSpec};
-use neuronlab_runtime::ops::{OpDef, Registry};
+use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec};
+use neuronlab_core::ops::registry::{InputKind, InputSpec};
+use neuronlab_core::ops::{OpDef, Registry};
 
 /// The command that regenerates the file, for messages.
 const REGENERATE: &str = "cargo run -p neuronlab-tests --bin sdk_codegen";

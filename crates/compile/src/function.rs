@@ -1,0 +1,286 @@
+//! Compiled functions: a cache of programs keyed by call signature, with recompile counting,
+//! the recompile limit, graph-break bookkeeping and `explain`.
+//!
+//! This module holds the decisions; the sandbox drives the guest (tracing through the
+//! trampoline) and asks this module what to do at each call.
+
+use std::sync::Arc;
+
+use super::guards::{self, Signature};
+use super::recorder::CachedProgram;
+use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
+use neuronlab_core::ops::Attrs;
+use neuronlab_core::tensor::Tensor;
+
+/// Options of a compiled function, as `torch.compile` names them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompileOptions {
+    /// Recompiles allowed before the function runs eagerly (or fails).
+    pub recompile_limit: u32,
+    /// Past the limit, fail instead of running eagerly.
+    pub fail_on_recompile: bool,
+    /// A graph break is an error instead of a split.
+    pub fullgraph: bool,
+    /// Names of the inputs, for messages (`x`, `cache`).
+    pub input_names: Vec<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            recompile_limit: 8,
+            fail_on_recompile: false,
+            fullgraph: false,
+            input_names: Vec::new(),
+        }
+    }
+}
+
+static OPTION_SPECS: &[AttrSpec] = &[
+    AttrSpec::new("recompile_limit", AttrKind::Int, AttrDefault::Int(8)),
+    AttrSpec::new("fail_on_recompile", AttrKind::Int, AttrDefault::Int(0)),
+    AttrSpec::new("fullgraph", AttrKind::Int, AttrDefault::Int(0)),
+    AttrSpec::new("input_names", AttrKind::Str, AttrDefault::Str("")),
+];
+
+impl CompileOptions {
+    /// Options from attributes (the ABI passes them that way); unknown names are errors.
+    pub fn from_attrs(attrs: &Attrs) -> Result<CompileOptions, String> {
+        let a = ResolvedAttrs::resolve(OPTION_SPECS, attrs)
+            .map_err(|e| format!("compile options: {e}"))?;
+        let limit = a.int("recompile_limit");
+        if !(0..=1_000_000).contains(&limit) {
+            return Err(format!(
+                "compile options: recompile_limit {limit} must be between 0 and 1000000"
+            ));
+        }
+        let names = a.str("input_names");
+        Ok(CompileOptions {
+            recompile_limit: limit as u32,
+            fail_on_recompile: a.int("fail_on_recompile") != 0,
+            fullgraph: a.int("fullgraph") != 0,
+            input_names: if names.is_empty() {
+                Vec::new()
+            } else {
+                names.split(',').map(|n| n.trim().to_string()).collect()
+            },
+        })
+    }
+}
+
+/// One compiled version of a function: its guards and program.
+pub struct Entry {
+    /// The signature it was traced with (its guards).
+    pub signature: Signature,
+    /// The optimized program.
+    pub compiled: Arc<CachedProgram>,
+    /// Tensors the function captured (used without being passed in), bound after the
+    /// arguments. Their values are fixed at trace time.
+    pub captured: Vec<Tensor>,
+}
+
+/// What a call should do.
+pub enum Plan<'a> {
+    /// Run this cached program; the guest is not entered.
+    Hit(&'a Entry),
+    /// Trace (and compile): `reason` says why, `recompile` whether a version existed.
+    Trace {
+        /// `new function`, or the failed guards.
+        reason: String,
+        /// True when this is a recompile.
+        recompile: bool,
+    },
+    /// The function breaks its graph: re-enter the guest in lazy mode; segments are cached by
+    /// graph hash.
+    Lazy,
+    /// The recompile limit was reached: run eagerly. `first` is true the first time, when the
+    /// warning event is due.
+    Eager {
+        /// Whether this is the first call past the limit.
+        first: bool,
+        /// The miss reason.
+        reason: String,
+    },
+    /// The recompile limit was reached and `fail_on_recompile` is set.
+    Fail(String),
+}
+
+/// A compiled function and its cache.
+pub struct CompiledFunction {
+    /// Its name, for events and messages.
+    pub name: String,
+    /// The guest's function-table index of the traced function.
+    pub fn_index: u32,
+    /// Its options.
+    pub options: CompileOptions,
+    /// Compiled versions, oldest first.
+    pub entries: Vec<Entry>,
+    /// Compiles after the first.
+    pub recompiles: u32,
+    /// Graph breaks seen while tracing, with their reasons.
+    pub breaks: Vec<String>,
+    /// True once the limit was reached and later calls run eagerly.
+    pub eager: bool,
+    /// What its calls did so far.
+    pub stats: CallStats,
+}
+
+/// What a compiled function's calls did, counted as they are planned: the numbers a plot of
+/// compiles per step needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// Calls.
+    pub calls: u64,
+    /// Calls that traced a new version (the first compile and every recompile).
+    pub compiles: u64,
+    /// Calls that ran a cached version without entering the guest.
+    pub cache_hits: u64,
+    /// Calls past the recompile limit, run eagerly.
+    pub eager_calls: u64,
+}
+
+impl CompiledFunction {
+    /// A function not yet called.
+    pub fn new(name: &str, fn_index: u32, options: CompileOptions) -> CompiledFunction {
+        CompiledFunction {
+            name: name.to_string(),
+            fn_index,
+            options,
+            entries: Vec::new(),
+            recompiles: 0,
+            breaks: Vec::new(),
+            eager: false,
+            stats: CallStats::default(),
+        }
+    }
+
+    /// Decides what a call with `signature` does, and counts it in [`CompiledFunction::stats`].
+    pub fn plan(&mut self, signature: &Signature) -> Plan<'_> {
+        self.stats.calls += 1;
+        if !self.breaks.is_empty() {
+            return Plan::Lazy;
+        }
+        if let Some(i) = self.entries.iter().position(|e| &e.signature == signature) {
+            self.stats.cache_hits += 1;
+            return Plan::Hit(&self.entries[i]);
+        }
+        let reason = guards::miss_reason(
+            self.entries.iter().map(|e| &e.signature),
+            signature,
+            &self.options.input_names,
+        );
+        let recompile = !self.entries.is_empty();
+        if recompile && self.recompiles >= self.options.recompile_limit {
+            if self.options.fail_on_recompile {
+                return Plan::Fail(format!(
+                    "'{}' reached its recompile limit ({}) and fail_on_recompile is set: {reason}",
+                    self.name, self.options.recompile_limit
+                ));
+            }
+            let first = !std::mem::replace(&mut self.eager, true);
+            self.stats.eager_calls += 1;
+            return Plan::Eager { first, reason };
+        }
+        self.stats.compiles += 1;
+        Plan::Trace { reason, recompile }
+    }
+
+    /// The event text of a compile: `recompile 3/8 of 'f': <reason>` or `compile of 'f': new function`.
+    pub fn compile_label(&self, recompile: bool, reason: &str) -> String {
+        if recompile {
+            format!(
+                "recompile {}/{} of '{}': {reason}",
+                self.recompiles + 1,
+                self.options.recompile_limit,
+                self.name
+            )
+        } else {
+            format!("compile of '{}': {reason}", self.name)
+        }
+    }
+
+    /// Records a new compiled version.
+    pub fn add(&mut self, entry: Entry, recompile: bool) {
+        if recompile {
+            self.recompiles += 1;
+        }
+        self.entries.push(entry);
+    }
+
+    /// What `torch._dynamo.explain` would say: versions with their guards, graphs before and
+    /// after the passes, fused kernels and compile times; graph breaks with reasons.
+    pub fn explain(&self) -> String {
+        let mut out = format!(
+            "compiled function '{}': {} version(s), {} recompile(s) of {} allowed{}\n",
+            self.name,
+            self.entries.len(),
+            self.recompiles,
+            self.options.recompile_limit,
+            if self.eager {
+                "; the limit was reached, later calls run eagerly"
+            } else {
+                ""
+            }
+        );
+        if !self.breaks.is_empty() {
+            out.push_str(&format!(
+                "graph breaks ({}): every call re-enters the guest; the runs between breaks are compiled and cached by graph hash\n",
+                self.breaks.len()
+            ));
+            for (i, b) in self.breaks.iter().enumerate() {
+                out.push_str(&format!("  break {}: {b}\n", i + 1));
+            }
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            let r = &e.compiled.report;
+            out.push_str(&format!(
+                "\nversion {} {}: {} ops before passes, {} after, {} kernel(s), compiled in {:.0} µs (host)\n",
+                i + 1,
+                e.signature,
+                r.nodes_before,
+                r.nodes_after,
+                r.kernels.len(),
+                r.host_compile_us
+            ));
+            out.push_str("  guards:\n");
+            for g in e.signature.guards(&self.options.input_names) {
+                out.push_str(&format!("    {g}\n"));
+            }
+            if !e.captured.is_empty() {
+                out.push_str(&format!(
+                    "  captured tensors (values fixed at trace time): {}\n",
+                    e.captured
+                        .iter()
+                        .map(|t| t.meta().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            out.push_str(&e.compiled.program.explain());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_from_attributes() {
+        let o = CompileOptions::from_attrs(
+            &Attrs::new()
+                .with("recompile_limit", 2)
+                .with("fullgraph", 1)
+                .with("input_names", "x, cache"),
+        )
+        .unwrap();
+        assert_eq!(o.recompile_limit, 2);
+        assert!(o.fullgraph && !o.fail_on_recompile);
+        assert_eq!(o.input_names, vec!["x", "cache"]);
+        let e = CompileOptions::from_attrs(&Attrs::new().with("dynamic", 1)).unwrap_err();
+        assert!(e.contains("unknown attribute 'dynamic'"), "{e}");
+        assert!(CompileOptions::from_attrs(&Attrs::new().with("recompile_limit", -1)).is_err());
+    }
+}

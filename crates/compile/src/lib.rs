@@ -1,0 +1,26 @@
+//! Compile: graphs of registry ops, their optimization and execution, and the caches and
+//! guards that decide when a graph compiles and when it is reused (DESIGN.md section 5).
+//!
+//! - [`graph`]: the IR and its structural hash.
+//! - [`recorder`]: recording ops into a pending graph and flushing it (lazy mode, graph
+//!   breaks, tracing), and the session's program cache by graph hash.
+//! - [`disk`]: the on-disk program cache under that, and the compiler version that keys it;
+//!   `serial` is the entries' serialized form.
+//! - [`guards`]: call signatures, guards and readable recompile reasons.
+//! - [`function`]: compiled functions: their versions, recompile limit, breaks, `explain`.
+//! - [`passes`]: the optimization passes, from dead code to fusion and buffer reuse.
+//! - [`program`]: `optimize`, and the program it makes: kernels run on a core, `explain`.
+
+#![deny(missing_docs)]
+
+pub mod disk;
+pub mod function;
+mod fused;
+pub mod graph;
+pub mod guards;
+pub mod passes;
+pub mod program;
+pub mod recorder;
+mod serial;
+
+pub use graph::{Graph, Node, Producer, ValueId};

@@ -1,0 +1,212 @@
+//! Tensors: dtypes, strided layouts and views, storage, and numpy-style formatting.
+//!
+//! A [`Tensor`] is a strided view over shared, memory-accounted storage on one simulated core.
+
+mod element;
+mod format;
+mod layout;
+mod storage;
+pub mod strided;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use crate::dtype::{Category, DType, UnknownDType};
+pub use element::{Buffer, Element, Elements};
+pub use format::{element_texts, shown};
+pub use format::{format_tensor, FormatOptions};
+pub use layout::{
+    broadcast_shapes, checked_numel, contiguous_strides, normalize_dim, shape_str, Layout,
+    LayoutError, Shape,
+};
+pub use layout::{is_row_major, same_shape};
+pub use storage::Storage;
+
+use crate::device::topology::CoreId;
+use crate::with_dtype;
+
+/// A tensor: shape, strides and offset over shared [`Storage`] on a simulated NeuronCore.
+///
+/// Cloning is cheap (the storage is shared); views (reshape, transpose, slice, expand, ...)
+/// share storage too. Tensors are immutable: ops produce new tensors.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    layout: Layout,
+    device: CoreId,
+}
+
+/// Shape and dtype: what shape inference, guards and events see of a tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMeta {
+    /// Elements per dim.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl TensorMeta {
+    /// A meta from a shape and dtype.
+    pub fn new(shape: Vec<usize>, dtype: DType) -> TensorMeta {
+        TensorMeta { shape, dtype }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size of a dense buffer with these elements.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+}
+
+impl fmt::Display for TensorMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+impl Tensor {
+    /// Builds a tensor over `storage`. The layout must stay inside the buffer.
+    pub fn from_storage(storage: Arc<Storage>, layout: Layout, device: CoreId) -> Tensor {
+        debug_assert!(layout.storage_extent() <= storage.buffer().len());
+        Tensor {
+            storage,
+            layout,
+            device,
+        }
+    }
+
+    /// A view of the same storage with another layout (checked to stay inside the buffer).
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        assert!(
+            layout.storage_extent() <= self.storage.buffer().len(),
+            "view layout escapes its storage: a bug in the view arithmetic"
+        );
+        Tensor {
+            storage: self.storage.clone(),
+            layout,
+            device: self.device,
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.storage.buffer().dtype()
+    }
+
+    /// Elements per dim.
+    pub fn shape(&self) -> &[usize] {
+        &self.layout.shape
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> &[usize] {
+        &self.layout.strides
+    }
+
+    /// Shape, strides and offset.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// Bytes of the logical elements (a view reports its own size, not its storage's).
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype().size()
+    }
+
+    /// The simulated core this tensor lives on.
+    pub fn device(&self) -> CoreId {
+        self.device
+    }
+
+    /// Shape and dtype.
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta::new(self.layout.shape.clone(), self.dtype())
+    }
+
+    /// True when the elements are dense and row-major.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// The whole storage buffer (use with [`Tensor::layout`]).
+    pub fn storage_buffer(&self) -> &Buffer {
+        self.storage.buffer()
+    }
+
+    /// An identity for the storage (equal for tensors that share it, while either lives).
+    pub fn storage_id(&self) -> usize {
+        Arc::as_ptr(&self.storage) as usize
+    }
+
+    /// True when both tensors share the same storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The storage elements as `T`. Panics on a dtype mismatch: callers dispatch on dtype first.
+    pub fn data<T: Element>(&self) -> &[T] {
+        T::slice(self.storage.buffer()).expect("kernel dispatched on the wrong dtype")
+    }
+
+    /// The contiguous row-major slice of this tensor's elements, when it is contiguous.
+    pub fn contiguous_data<T: Element>(&self) -> Option<&[T]> {
+        self.is_contiguous()
+            .then(|| &self.data::<T>()[self.layout.offset..self.layout.offset + self.numel()])
+    }
+
+    /// The elements in row-major order, converted to `T` with PyTorch's cast rules.
+    pub fn to_vec<T: Element>(&self) -> Vec<T> {
+        with_dtype!(self.dtype(), S => {
+            let data = self.data::<S>();
+            strided::map(&self.layout.shape, [&self.layout.strides], [self.layout.offset], |[o]| {
+                T::cast_from(data[o])
+            })
+        })
+    }
+
+    /// The elements in row-major order as a dense buffer of this tensor's dtype.
+    pub fn to_buffer(&self) -> Buffer {
+        with_dtype!(self.dtype(), S => {
+            if let Some(slice) = self.contiguous_data::<S>() {
+                return S::into_buffer(slice.to_vec());
+            }
+            S::into_buffer(self.to_vec::<S>())
+        })
+    }
+
+    /// The element at a multi-index as f64, or `None` when the index is out of range.
+    pub fn get_f64(&self, index: &[usize]) -> Option<f64> {
+        if index.len() != self.rank() || index.iter().zip(self.shape()).any(|(i, d)| i >= d) {
+            return None;
+        }
+        let o = self.layout.offset_of(index);
+        Some(with_dtype!(self.dtype(), S => self.data::<S>()[o].to_f64()))
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({}, strides={:?}, offset={}, {})",
+            self.meta(),
+            self.layout.strides,
+            self.layout.offset,
+            self.device
+        )
+    }
+}

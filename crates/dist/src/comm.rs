@@ -1,0 +1,799 @@
+//! The communicator: the ranks of one SPMD launch, each on its own thread, meeting in
+//! collectives through shared memory.
+//!
+//! A [`World`] is shared by every rank; each rank drives it through its own [`RankComm`].
+//!
+//! **How ranks meet.** Every rank counts the collectives it has issued on each group (keyed by
+//! the group's ranks). The `k`-th collective of a group on every rank is one *meeting*, keyed
+//! by `(group, k)`, as NCCL matches calls by their order on a communicator. The first rank to
+//! arrive opens the meeting; each rank leaves its input and its call (op, attributes, dtype,
+//! shape) there; the last to arrive checks that the calls agree, computes every rank's result
+//! once with [`super::kernels`], and wakes the others. Each rank then copies its result onto
+//! its own core: that copy is the data movement, accounted in the core's HBM.
+//!
+//! **Failure is shared.** A meeting fails for all its ranks at once: when the calls disagree,
+//! when one rank's call is invalid, when the timeout passes before everyone arrived, when a
+//! missing rank has ended (finished or trapped; reported at once, no timeout), or when a
+//! waiting rank is interrupted. The failure stays recorded, so a rank that arrives late gets
+//! the same error instead of waiting again.
+//!
+//! **Waiting does not spin.** A waiting rank sleeps on a condition variable; it wakes when a
+//! meeting completes, a rank ends, or every [`CANCEL_POLL`] to look at its interrupt flag.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::cost::{collective_cost, Collective};
+use super::group::ProcessGroup;
+use super::kernels::{chunk_sizes, concat, reduce, split, ReduceOp};
+use neuronlab_core::device::CoreId;
+use neuronlab_core::error::{Error, Result};
+use neuronlab_core::events::{CollectiveEvent, EventKind};
+use neuronlab_core::tensor::{Buffer, Tensor};
+use neuronlab_core::Runtime;
+
+/// How long a rank waits in a collective for the others before it reports a deadlock.
+pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The environment variable that sets the collective timeout, in seconds.
+pub const TIMEOUT_ENV: &str = "NEURONLAB_COLLECTIVE_TIMEOUT";
+
+/// How often a waiting rank looks at its interrupt flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Settings of a [`World`].
+#[derive(Clone, Debug)]
+pub struct WorldOptions {
+    /// How long a collective waits for missing ranks before it fails as a deadlock.
+    pub timeout: Duration,
+}
+
+impl Default for WorldOptions {
+    fn default() -> WorldOptions {
+        WorldOptions {
+            timeout: DEFAULT_COLLECTIVE_TIMEOUT,
+        }
+    }
+}
+
+impl WorldOptions {
+    /// The defaults, with the timeout from `NEURONLAB_COLLECTIVE_TIMEOUT` (seconds) when set.
+    pub fn from_env() -> Result<WorldOptions> {
+        match std::env::var(TIMEOUT_ENV) {
+            Ok(text) => Ok(WorldOptions {
+                timeout: parse_timeout(&text)
+                    .map_err(|e| Error::Invalid(format!("{TIMEOUT_ENV}: {e}")))?,
+            }),
+            Err(_) => Ok(WorldOptions::default()),
+        }
+    }
+}
+
+/// Parses a timeout in seconds (`"2.5"`), which must be positive and finite.
+pub fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "'{text}' is not a timeout: give a positive number of seconds, such as 5 or 0.5"
+        )),
+    }
+}
+
+/// One collective call as a rank made it: what must agree across the ranks of a meeting.
+#[derive(Clone, Debug, PartialEq)]
+enum Call {
+    AllReduce(ReduceOp),
+    AllGather { dim: usize },
+    ReduceScatter { op: ReduceOp, dim: usize },
+    AllToAll { split_dim: usize, concat_dim: usize },
+    Broadcast { src: u32 },
+    Barrier,
+}
+
+impl Call {
+    fn name(&self) -> &'static str {
+        match self {
+            Call::AllReduce(_) => "all_reduce",
+            Call::AllGather { .. } => "all_gather",
+            Call::ReduceScatter { .. } => "reduce_scatter",
+            Call::AllToAll { .. } => "all_to_all",
+            Call::Broadcast { .. } => "broadcast",
+            Call::Barrier => "barrier",
+        }
+    }
+
+    /// The op as the ring cost model knows it; a barrier is modeled as an empty all_reduce.
+    fn collective(&self) -> Collective {
+        match self {
+            Call::AllReduce(_) | Call::Barrier => Collective::AllReduce,
+            Call::AllGather { .. } => Collective::AllGather,
+            Call::ReduceScatter { .. } => Collective::ReduceScatter,
+            Call::AllToAll { .. } => Collective::AllToAll,
+            Call::Broadcast { .. } => Collective::Broadcast,
+        }
+    }
+
+    /// The one dim along which the ranks' shapes may differ.
+    fn free_dim(&self) -> Option<usize> {
+        match *self {
+            Call::AllGather { dim } => Some(dim),
+            Call::AllToAll {
+                split_dim,
+                concat_dim,
+            } if split_dim != concat_dim => Some(concat_dim),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::AllReduce(op) => write!(f, "all_reduce(op={op})"),
+            Call::AllGather { dim } => write!(f, "all_gather(dim={dim})"),
+            Call::ReduceScatter { op, dim } => write!(f, "reduce_scatter(op={op}, dim={dim})"),
+            Call::AllToAll {
+                split_dim,
+                concat_dim,
+            } => write!(
+                f,
+                "all_to_all(split_dim={split_dim}, concat_dim={concat_dim})"
+            ),
+            Call::Broadcast { src } => write!(f, "broadcast(src={src})"),
+            Call::Barrier => write!(f, "barrier()"),
+        }
+    }
+}
+
+/// What one rank brought to a meeting.
+struct Arrival {
+    rank: u32,
+    call: Call,
+    input: Option<Tensor>,
+}
+
+impl Arrival {
+    fn signature(&self) -> String {
+        match &self.input {
+            Some(t) => format!("{} on {}{:?}", self.call, t.dtype(), t.shape()),
+            None => self.call.to_string(),
+        }
+    }
+}
+
+/// Every rank's result of a completed meeting.
+enum Outcome {
+    /// The same tensor for every rank (all_reduce, all_gather, broadcast).
+    Same(Buffer, Vec<usize>),
+    /// One tensor per group position (reduce_scatter, all_to_all).
+    PerRank(Vec<(Buffer, Vec<usize>)>),
+    /// Nothing but the meeting itself (barrier).
+    Nothing,
+}
+
+/// The `k`-th collective on one group.
+struct Meeting {
+    call: Call,
+    opened: Instant,
+    arrivals: Vec<Option<Arrival>>,
+    /// Set once: every rank's result, or the error every rank gets.
+    outcome: Option<std::result::Result<Arc<Outcome>, String>>,
+    /// Ranks that have taken their result; the meeting is removed when all have.
+    collected: usize,
+}
+
+impl Meeting {
+    fn missing(&self, group: &ProcessGroup) -> Vec<u32> {
+        group
+            .ranks()
+            .iter()
+            .zip(&self.arrivals)
+            .filter(|(_, a)| a.is_none())
+            .map(|(&r, _)| r)
+            .collect()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct MeetingKey {
+    group: Vec<u32>,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct State {
+    meetings: HashMap<MeetingKey, Meeting>,
+    /// Ranks whose guest has ended, with how (`finished`, `stopped with an error: ...`).
+    ended: HashMap<u32, String>,
+}
+
+/// The ranks of one SPMD launch: rank `r` runs on `cores[r]`, and all share one runtime.
+pub struct World {
+    runtime: Arc<Runtime>,
+    cores: Vec<CoreId>,
+    options: WorldOptions,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl World {
+    /// A world of `size` ranks, rank `r` on `neuron:r` of the runtime's topology.
+    ///
+    /// Fails when `size` is 0 or larger than the number of visible cores, saying which
+    /// instance presets have more.
+    pub fn new(runtime: Arc<Runtime>, size: u32, options: WorldOptions) -> Result<Arc<World>> {
+        let topology = runtime.topology();
+        if size == 0 || size as usize > topology.num_cores() {
+            return Err(Error::Invalid(format!(
+                "cannot start {size} rank(s): each rank needs its own NeuronCore and {} has {} \
+                 visible core(s). Use at most {} ranks, or a larger instance \
+                 (NEURONLAB_INSTANCE=trn2.48xlarge, NEURON_LOGICAL_NC_CONFIG=1 gives 128 cores)",
+                topology.instance_name(),
+                topology.num_cores(),
+                topology.num_cores()
+            )));
+        }
+        Ok(Arc::new(World::with_cores(
+            runtime,
+            (0..size).map(CoreId).collect(),
+            options,
+        )))
+    }
+
+    /// A world of one rank on `core`: what a plain (non-SPMD) run is. Its collectives are
+    /// copies.
+    pub fn single(runtime: Arc<Runtime>, core: CoreId) -> Arc<World> {
+        Arc::new(World::with_cores(
+            runtime,
+            vec![core],
+            WorldOptions::default(),
+        ))
+    }
+
+    fn with_cores(runtime: Arc<Runtime>, cores: Vec<CoreId>, options: WorldOptions) -> World {
+        World {
+            runtime,
+            cores,
+            options,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.cores.len() as u32
+    }
+
+    /// The runtime every rank uses.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &WorldOptions {
+        &self.options
+    }
+
+    /// The group of every rank, in rank order (torch's default group).
+    pub fn world_group(&self) -> ProcessGroup {
+        ProcessGroup::new((0..self.size()).collect(), self.size(), None)
+            .expect("0..size is a valid group")
+    }
+
+    /// Rank `rank`'s communicator. Each rank uses exactly one.
+    ///
+    /// # Panics
+    /// If `rank` is not below [`World::size`] (a launcher bug, not user input).
+    pub fn rank(self: &Arc<Self>, rank: u32) -> RankComm {
+        assert!(
+            rank < self.size(),
+            "rank {rank} of a world of {}",
+            self.size()
+        );
+        RankComm {
+            world: self.clone(),
+            rank,
+            seqs: HashMap::new(),
+            cancel: None,
+        }
+    }
+
+    /// Records that `rank`'s guest has ended (`how`: "finished", "stopped with an error:
+    /// ..."), so meetings waiting for it fail at once instead of timing out.
+    pub fn depart(&self, rank: u32, how: String) {
+        self.lock().ended.insert(rank, how);
+        self.changed.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One rank's side of a [`World`]: its rank, its core, and how many collectives it has issued
+/// on each group.
+pub struct RankComm {
+    world: Arc<World>,
+    rank: u32,
+    seqs: HashMap<Vec<u32>, u64>,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl RankComm {
+    /// This rank, in the world.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks in the world.
+    pub fn world_size(&self) -> u32 {
+        self.world.size()
+    }
+
+    /// The core this rank's tensors live on.
+    pub fn core(&self) -> CoreId {
+        self.world.cores[self.rank as usize]
+    }
+
+    /// The runtime every rank uses.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        self.world.runtime()
+    }
+
+    /// The world this rank belongs to.
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    /// Makes waits in collectives end with [`Error::Cancelled`] when `flag` is set (the
+    /// guest's interrupt flag).
+    pub fn set_cancel_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = Some(flag);
+    }
+
+    /// The group of ranks `ranks` (in ring order) of this world.
+    pub fn new_group(&self, ranks: Vec<u32>) -> Result<ProcessGroup> {
+        ProcessGroup::new(ranks, self.world_size(), None).map_err(Error::Invalid)
+    }
+
+    /// Every rank gets the reduction of all ranks' tensors, folded in group order.
+    pub fn all_reduce(&mut self, group: &ProcessGroup, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        self.run(group, Call::AllReduce(op), Some(t))
+            .map(|t| t.expect("all_reduce has a result"))
+    }
+
+    /// Every rank gets all ranks' tensors concatenated along `dim` in group order; the
+    /// tensors may differ in size along `dim` only.
+    pub fn all_gather(&mut self, group: &ProcessGroup, t: &Tensor, dim: usize) -> Result<Tensor> {
+        self.run(group, Call::AllGather { dim }, Some(t))
+            .map(|t| t.expect("all_gather has a result"))
+    }
+
+    /// Every rank gets its `torch.chunk` chunk along `dim` of the reduction.
+    pub fn reduce_scatter(
+        &mut self,
+        group: &ProcessGroup,
+        t: &Tensor,
+        op: ReduceOp,
+        dim: usize,
+    ) -> Result<Tensor> {
+        self.run(group, Call::ReduceScatter { op, dim }, Some(t))
+            .map(|t| t.expect("reduce_scatter has a result"))
+    }
+
+    /// Each rank's tensor is cut along `split_dim` into group-size `torch.chunk` chunks; group
+    /// position `i` receives chunk `i` of every rank, concatenated along `concat_dim`.
+    pub fn all_to_all(
+        &mut self,
+        group: &ProcessGroup,
+        t: &Tensor,
+        split_dim: usize,
+        concat_dim: usize,
+    ) -> Result<Tensor> {
+        let call = Call::AllToAll {
+            split_dim,
+            concat_dim,
+        };
+        self.run(group, call, Some(t))
+            .map(|t| t.expect("all_to_all has a result"))
+    }
+
+    /// Every rank gets the tensor of global rank `src`; all pass one of the same dtype and
+    /// shape.
+    pub fn broadcast(&mut self, group: &ProcessGroup, t: &Tensor, src: u32) -> Result<Tensor> {
+        self.run(group, Call::Broadcast { src }, Some(t))
+            .map(|t| t.expect("broadcast has a result"))
+    }
+
+    /// Returns once every rank of the group has arrived.
+    pub fn barrier(&mut self, group: &ProcessGroup) -> Result<()> {
+        self.run(group, Call::Barrier, None).map(|_| ())
+    }
+
+    /// Joins the meeting for this call, waits for it, and takes this rank's result.
+    fn run(
+        &mut self,
+        group: &ProcessGroup,
+        call: Call,
+        input: Option<&Tensor>,
+    ) -> Result<Option<Tensor>> {
+        let position = group.rank_in_group(self.rank).map_err(|e| {
+            Error::Invalid(format!(
+                "{}: {e}; only its members can call it",
+                call.name()
+            ))
+        })?;
+        let bus = self.runtime().bus().clone();
+        let start_us = bus.now_us();
+        let key = MeetingKey {
+            group: group.ranks().to_vec(),
+            seq: {
+                let seq = self.seqs.entry(group.ranks().to_vec()).or_insert(0);
+                *seq += 1;
+                *seq
+            },
+        };
+        let arrival = Arrival {
+            rank: self.rank,
+            call: call.clone(),
+            input: input.cloned(),
+        };
+        let invalid = check_call(&call, group, input);
+        let outcome = self.meet(group, &key, position, arrival, invalid)?;
+        let result = match &*outcome {
+            Outcome::Same(buffer, shape) => Some((buffer, shape)),
+            Outcome::PerRank(parts) => parts.get(position).map(|(b, s)| (b, s)),
+            Outcome::Nothing => None,
+        };
+        let output = match result {
+            Some((buffer, shape)) => Some(self.runtime().tensor_on(
+                self.core(),
+                buffer.clone(),
+                shape,
+            )?),
+            None => None,
+        };
+        self.publish(group, &call, input, output.as_ref(), start_us)?;
+        Ok(output)
+    }
+
+    /// Leaves `arrival` at the meeting `key` and waits for its outcome.
+    fn meet(
+        &self,
+        group: &ProcessGroup,
+        key: &MeetingKey,
+        position: usize,
+        arrival: Arrival,
+        invalid: Option<String>,
+    ) -> Result<Arc<Outcome>> {
+        let world = &*self.world;
+        let timeout = world.options.timeout;
+        let mut state = world.lock();
+        let meeting = state
+            .meetings
+            .entry(key.clone())
+            .or_insert_with(|| Meeting {
+                call: arrival.call.clone(),
+                opened: Instant::now(),
+                arrivals: (0..group.size()).map(|_| None).collect(),
+                outcome: None,
+                collected: 0,
+            });
+        let what = format!("{} #{} on group {group}", meeting.call.name(), key.seq);
+        if meeting.outcome.is_none() {
+            if let Some(problem) = invalid {
+                meeting.outcome = Some(Err(format!(
+                    "{what} failed: rank {} passed an invalid call: {problem}",
+                    self.rank
+                )));
+            }
+        }
+        meeting.arrivals[position] = Some(arrival);
+        if meeting.outcome.is_none() && meeting.arrivals.iter().all(Option::is_some) {
+            let arrivals: Vec<Arrival> = meeting
+                .arrivals
+                .iter_mut()
+                .filter_map(Option::take)
+                .collect();
+            // Compute without the lock, so other groups' meetings go on meanwhile.
+            drop(state);
+            let computed = compute(group, arrivals).map(Arc::new);
+            state = world.lock();
+            let meeting = state
+                .meetings
+                .get_mut(key)
+                .expect("meeting stays until collected");
+            meeting.outcome = Some(computed.map_err(|e| format!("{what} failed: {e}")));
+            world.changed.notify_all();
+        }
+        loop {
+            let State { meetings, ended } = &mut *state;
+            let meeting = meetings
+                .get_mut(key)
+                .expect("meeting stays until collected");
+            if let Some(outcome) = &meeting.outcome {
+                let outcome = outcome.clone();
+                if outcome.is_err() && self.interrupted() {
+                    return Err(Error::Cancelled(format!(
+                        "interrupted while waiting in {what}"
+                    )));
+                }
+                if outcome.is_ok() {
+                    meeting.collected += 1;
+                    if meeting.collected == group.size() {
+                        meetings.remove(key);
+                    }
+                }
+                return outcome.map_err(Error::Collective);
+            }
+            let missing = meeting.missing(group);
+            if self.interrupted() {
+                meeting.outcome = Some(Err(format!(
+                    "{what} was interrupted on rank {} while rank(s) {} had not arrived",
+                    self.rank,
+                    list(&missing)
+                )));
+                world.changed.notify_all();
+                return Err(Error::Cancelled(format!(
+                    "interrupted while waiting in {what}"
+                )));
+            }
+            let gone: Vec<String> = missing
+                .iter()
+                .filter_map(|r| ended.get(r).map(|how| format!("rank {r} {how}")))
+                .collect();
+            let waited = meeting.opened.elapsed();
+            let failure = if !gone.is_empty() {
+                Some(format!(
+                    "{what} cannot complete: {} without reaching it; rank(s) {} are waiting",
+                    gone.join(", "),
+                    list(&arrived(group, &missing))
+                ))
+            } else if waited >= timeout {
+                Some(format!(
+                    "{what} timed out after {:.1} s: rank(s) {} never arrived while rank(s) {} \
+                     waited (a deadlock: every rank of a group must call the same collectives in \
+                     the same order). Raise the limit with --collective-timeout or {TIMEOUT_ENV} \
+                     if the ranks are only slow",
+                    waited.as_secs_f64(),
+                    list(&missing),
+                    list(&arrived(group, &missing)),
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = failure {
+                meeting.outcome = Some(Err(message.clone()));
+                world.changed.notify_all();
+                return Err(Error::Collective(message));
+            }
+            let wait = (timeout - waited).min(CANCEL_POLL);
+            state = world
+                .changed
+                .wait_timeout(state, wait)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn interrupted(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    /// Publishes this rank's `collective` event.
+    fn publish(
+        &self,
+        group: &ProcessGroup,
+        call: &Call,
+        input: Option<&Tensor>,
+        output: Option<&Tensor>,
+        start_us: f64,
+    ) -> Result<()> {
+        let input_bytes = input.map_or(0, |t| t.nbytes() as u64);
+        // S as nccl-tests counts it: the gathered output for all_gather, the input otherwise.
+        let message_bytes = match call {
+            Call::AllGather { .. } => output.map_or(0, |t| t.nbytes() as u64),
+            _ => input_bytes,
+        };
+        let runtime = self.runtime();
+        let cost = collective_cost(call.collective(), group, message_bytes, runtime.topology())
+            .map_err(Error::Invalid)?;
+        runtime.bus().publish_at(
+            self.core(),
+            start_us,
+            EventKind::Collective(CollectiveEvent {
+                op: call.name().to_string(),
+                group: group.ranks().to_vec(),
+                mesh_dim: group.name().map(str::to_string),
+                bytes: input_bytes,
+                host_us: runtime.bus().now_us() - start_us,
+                modeled_us: cost.total_s * 1e6,
+            }),
+        );
+        Ok(())
+    }
+}
+
+/// What is wrong with this rank's call on its own (a dim out of range, an op the dtype does
+/// not support, a source outside the group), before comparing it with the other ranks.
+fn check_call(call: &Call, group: &ProcessGroup, input: Option<&Tensor>) -> Option<String> {
+    let t = input?;
+    let rank = t.shape().len();
+    let dim_ok = |name: &str, d: usize| {
+        (d >= rank).then(|| {
+            format!(
+                "{name} {d} is out of range for a tensor of {rank} dim(s) ({}{:?})",
+                t.dtype(),
+                t.shape()
+            )
+        })
+    };
+    match *call {
+        Call::AllReduce(op) | Call::ReduceScatter { op, .. } if op.supports(t.dtype()).is_err() => {
+            op.supports(t.dtype()).err()
+        }
+        Call::ReduceScatter { dim, .. } | Call::AllGather { dim } => dim_ok("dim", dim),
+        Call::AllToAll {
+            split_dim,
+            concat_dim,
+        } => dim_ok("split_dim", split_dim).or_else(|| dim_ok("concat_dim", concat_dim)),
+        Call::Broadcast { src } if group.rank_in_group(src).is_err() => Some(format!(
+            "src rank {src} is not in the group {group}; give a global rank that is"
+        )),
+        _ => None,
+    }
+}
+
+/// Checks that every rank made the same call on compatible tensors, then computes every
+/// rank's result.
+fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<Outcome, String> {
+    agree(&arrivals)?;
+    let call = arrivals[0].call.clone();
+    if call == Call::Barrier {
+        return Ok(Outcome::Nothing);
+    }
+    let inputs: Vec<&Tensor> = arrivals
+        .iter()
+        .map(|a| {
+            a.input
+                .as_ref()
+                .expect("every call but barrier has an input")
+        })
+        .collect();
+    let owned: Vec<std::borrow::Cow<'_, Buffer>> = inputs.iter().map(|t| dense(t)).collect();
+    let buffers: Vec<&Buffer> = owned.iter().map(|b| b.as_ref()).collect();
+    let shape = inputs[0].shape().to_vec();
+    let n = group.size();
+    Ok(match call {
+        Call::AllReduce(op) => Outcome::Same(reduce(op, &buffers)?, shape),
+        Call::Broadcast { src } => {
+            let p = group.rank_in_group(src)?;
+            Outcome::Same(buffers[p].clone(), shape)
+        }
+        Call::AllGather { dim } => {
+            let parts: Vec<(&Buffer, &[usize])> = buffers
+                .iter()
+                .zip(&inputs)
+                .map(|(b, t)| (*b, t.shape()))
+                .collect();
+            let (buffer, shape) = concat(&parts, dim)?;
+            Outcome::Same(buffer, shape)
+        }
+        Call::ReduceScatter { op, dim } => {
+            let full = reduce(op, &buffers)?;
+            Outcome::PerRank(split(&full, &shape, dim, &chunk_sizes(shape[dim], n))?)
+        }
+        Call::AllToAll {
+            split_dim,
+            concat_dim,
+        } => {
+            let pieces = buffers
+                .iter()
+                .zip(&inputs)
+                .map(|(b, t)| {
+                    split(
+                        b,
+                        t.shape(),
+                        split_dim,
+                        &chunk_sizes(t.shape()[split_dim], n),
+                    )
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()?;
+            (0..n)
+                .map(|dst| {
+                    let parts: Vec<(&Buffer, &[usize])> = pieces
+                        .iter()
+                        .map(|p| (&p[dst].0, p[dst].1.as_slice()))
+                        .collect();
+                    concat(&parts, concat_dim)
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()
+                .map(Outcome::PerRank)?
+        }
+        Call::Barrier => Outcome::Nothing,
+    })
+}
+
+/// Fails, listing what each rank passed, unless all ranks made the same call with the same
+/// dtype and shapes that agree outside the call's free dim.
+fn agree(arrivals: &[Arrival]) -> std::result::Result<(), String> {
+    let first = &arrivals[0];
+    let compatible = |a: &Arrival| {
+        if a.call != first.call {
+            return false;
+        }
+        match (&a.input, &first.input) {
+            (Some(x), Some(y)) => {
+                x.dtype() == y.dtype()
+                    && x.shape().len() == y.shape().len()
+                    && x.shape()
+                        .iter()
+                        .zip(y.shape())
+                        .enumerate()
+                        .all(|(d, (p, q))| p == q || first.call.free_dim() == Some(d))
+            }
+            (None, None) => true,
+            _ => false,
+        }
+    };
+    if arrivals.iter().all(compatible) {
+        return Ok(());
+    }
+    // Group the ranks by what they passed, in order of first appearance.
+    let mut kinds: Vec<(String, Vec<u32>)> = Vec::new();
+    for a in arrivals {
+        let sig = a.signature();
+        match kinds.iter_mut().find(|(s, _)| *s == sig) {
+            Some((_, ranks)) => ranks.push(a.rank),
+            None => kinds.push((sig, vec![a.rank])),
+        }
+    }
+    let described: Vec<String> = kinds
+        .iter()
+        .map(|(sig, ranks)| format!("rank(s) {} passed {sig}", list(ranks)))
+        .collect();
+    let rule = match first.call.free_dim() {
+        Some(d) => format!(" (the same dtype and shape, except along dim {d})"),
+        None => " (the same op, attributes, dtype and shape)".to_string(),
+    };
+    Err(format!(
+        "the ranks disagree{rule}: {}",
+        described.join("; ")
+    ))
+}
+
+/// The tensor's elements as a dense buffer, borrowed when the storage already is one.
+fn dense(t: &Tensor) -> std::borrow::Cow<'_, Buffer> {
+    let storage = t.storage_buffer();
+    if t.is_contiguous() && storage.len() == t.numel() {
+        std::borrow::Cow::Borrowed(storage)
+    } else {
+        std::borrow::Cow::Owned(t.to_buffer())
+    }
+}
+
+fn arrived(group: &ProcessGroup, missing: &[u32]) -> Vec<u32> {
+    group
+        .ranks()
+        .iter()
+        .copied()
+        .filter(|r| !missing.contains(r))
+        .collect()
+}
+
+/// `0, 1, 3` (or `none`).
+fn list(ranks: &[u32]) -> String {
+    if ranks.is_empty() {
+        return "none".to_string();
+    }
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,535 @@
+//! Loading, checking, instantiating and calling guests: the [`Sandbox`] (one wasmtime engine
+//! per process) and the [`Guest`] (one store and instance).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use wasmtime::{
+    Config, Engine, Extern, Func, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
+    Trap, UpdateDeadline, Val, ValType, WasmBacktrace,
+};
+
+use super::abi::{self, context::GuestState};
+use super::cache::{ModuleCache, ModuleSource};
+use super::guest_error::{GuestError, GuestErrorKind};
+use super::guest_output::OutputSink;
+use super::limits::Limits;
+use crate::Shared;
+use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::paths::{cache_root, CacheDir};
+use neuronlab_core::Runtime;
+use neuronlab_dist::{RankComm, World};
+
+/// The ABI major version this host speaks (guest-sdk/ABI.md).
+pub const ABI_MAJOR: u32 = 1;
+/// The ABI minor version this host implements.
+pub const ABI_MINOR: u32 = 3;
+
+/// How often the epoch advances; deadlines and interrupts are noticed within one tick.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// A module compiled for this host, with where it came from.
+pub struct GuestModule {
+    module: Module,
+    /// A name for messages (the file name).
+    pub name: String,
+    /// Compiled now, or loaded from the on-disk cache.
+    pub source: ModuleSource,
+    /// Host time spent compiling or loading it.
+    pub load_time: Duration,
+}
+
+impl GuestModule {
+    /// The exported functions a caller can name as the entry, with their parameter types.
+    pub fn entries(&self) -> Vec<(String, Vec<ValType>)> {
+        self.module
+            .exports()
+            .filter_map(|e| {
+                let f = e.ty().func()?.clone();
+                Some((e.name().to_string(), f.params().collect()))
+            })
+            .filter(|(name, _)| !name.starts_with("neuronlab_"))
+            .collect()
+    }
+}
+
+/// The process's wasmtime engine, its linker with the `neuronlab` imports, and the module cache.
+pub struct Sandbox {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    cache: ModuleCache,
+}
+
+/// Stops a running guest from another thread (Ctrl-C, a Jupyter interrupt).
+#[derive(Clone, Debug)]
+pub struct InterruptHandle(Arc<AtomicBool>);
+
+impl InterruptHandle {
+    /// Asks the guest to stop. It traps at its next epoch check (within a few ms), and a host
+    /// op it is in the middle of returns `ERR_CANCELLED`.
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Raised by the epoch callback when an interrupt was requested.
+#[derive(Debug)]
+struct Interrupted;
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+impl std::error::Error for Interrupted {}
+
+/// Raised by the epoch callback when a call ran past its deadline.
+#[derive(Debug)]
+struct DeadlineExceeded(Duration);
+impl std::fmt::Display for DeadlineExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the call ran past its deadline of {:?}", self.0)
+    }
+}
+impl std::error::Error for DeadlineExceeded {}
+
+impl Sandbox {
+    /// A sandbox whose compiled modules are cached in `cache_dir` (`None` disables the cache).
+    pub fn new(cache_dir: Option<std::path::PathBuf>) -> Result<Sandbox, GuestError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.max_wasm_stack(Limits::default().wasm_stack_bytes);
+        config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+        let engine = Engine::new(&config).map_err(|e| {
+            GuestError::new(GuestErrorKind::Host, format!("cannot start wasmtime: {e}"))
+        })?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("neuronlab-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(|e| {
+                GuestError::new(
+                    GuestErrorKind::Host,
+                    format!("cannot start the epoch thread: {e}"),
+                )
+            })?;
+        let mut linker = Linker::new(&engine);
+        abi::define(&mut linker).map_err(|e| {
+            GuestError::new(GuestErrorKind::Host, format!("cannot define the ABI: {e}"))
+        })?;
+        let cache = ModuleCache::new(&engine, cache_dir.map(|d| CacheDir::Modules.under(&d)));
+        Ok(Sandbox {
+            engine,
+            linker,
+            cache,
+        })
+    }
+
+    /// The process-wide sandbox, caching under [`cache_root`].
+    pub fn shared() -> Result<&'static Sandbox, GuestError> {
+        static SHARED: OnceLock<Result<Sandbox, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Sandbox::new(Some(cache_root())).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| GuestError::new(GuestErrorKind::Host, e.clone()))
+    }
+
+    /// Loads a module from `.wasm` bytes or WebAssembly text, checking its imports.
+    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<GuestModule, GuestError> {
+        let started = Instant::now();
+        let wasm = if bytes.starts_with(b"\0asm") {
+            std::borrow::Cow::Borrowed(bytes)
+        } else {
+            std::borrow::Cow::Owned(
+                wat::parse_bytes(bytes)
+                    .map_err(|e| {
+                        GuestError::new(
+                            GuestErrorKind::Load,
+                            format!("{name} is not valid WebAssembly text: {e}"),
+                        )
+                    })?
+                    .into_owned(),
+            )
+        };
+        let (module, source) = self.cache.load(&self.engine, &wasm).map_err(|e| {
+            GuestError::new(
+                GuestErrorKind::Load,
+                format!("{name} is not a valid WebAssembly module: {e:#}"),
+            )
+        })?;
+        self.check_imports(name, &module)?;
+        Ok(GuestModule {
+            module,
+            name: name.to_string(),
+            source,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// Loads a module from a `.wasm` or `.wat` file.
+    pub fn load_file(&self, path: &std::path::Path) -> Result<GuestModule, GuestError> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            GuestError::new(
+                GuestErrorKind::Load,
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        );
+        self.load(&name, &bytes)
+    }
+
+    fn check_imports(&self, name: &str, module: &Module) -> Result<(), GuestError> {
+        let unknown: Vec<String> = module
+            .imports()
+            .filter(|i| i.module() != abi::MODULE || abi::import(i.name()).is_none())
+            .map(|i| format!("{}::{}", i.module(), i.name()))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(GuestError::new(
+            GuestErrorKind::Link,
+            format!(
+                "{name} imports what this host does not provide: {}. A guest may import only \
+                 the `neuronlab` functions listed in guest-sdk/ABI.md (ABI {ABI_MAJOR}.{ABI_MINOR})",
+                unknown.join(", ")
+            ),
+        ))
+    }
+
+    /// Instantiates `module` on `runtime` as a world of one rank, creating tensors on `core`,
+    /// with `output` receiving everything the guest prints or displays as it happens. The
+    /// guest gets a session-variable store of its own.
+    pub fn instantiate(
+        &self,
+        module: &GuestModule,
+        runtime: Arc<Runtime>,
+        core: CoreId,
+        limits: Limits,
+        output: OutputSink,
+    ) -> Result<Guest, GuestError> {
+        runtime
+            .check_core(core)
+            .map_err(|e| GuestError::new(GuestErrorKind::Host, e.to_string()))?;
+        let comm = World::single(runtime, core).rank(0);
+        self.instantiate_rank(module, comm, Shared::default(), limits, output)
+    }
+
+    /// Instantiates `module` as the rank `comm` of an SPMD world (see [`crate::spmd`]):
+    /// its tensors live on the rank's core and its collectives meet the other ranks'. Its
+    /// `var_*` imports read and write the `shared` variables, and its compiled functions use
+    /// the `shared` program cache.
+    pub fn instantiate_rank(
+        &self,
+        module: &GuestModule,
+        comm: RankComm,
+        shared: Shared,
+        limits: Limits,
+        output: OutputSink,
+    ) -> Result<Guest, GuestError> {
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let store_limits: StoreLimits = StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .table_elements(limits.table_elements)
+            .instances(1)
+            .trap_on_grow_failure(true)
+            .build();
+        let state = GuestState::new(comm, shared, output, store_limits, interrupt.clone());
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let deadline = limits.deadline;
+        store.epoch_deadline_callback(move |ctx| {
+            let state = ctx.data();
+            if state.interrupt.load(Ordering::SeqCst) {
+                return Err(wasmtime::Error::new(Interrupted));
+            }
+            if state.call_started.elapsed() > deadline {
+                return Err(wasmtime::Error::new(DeadlineExceeded(deadline)));
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        store.set_epoch_deadline(1);
+        let linker = &self.linker;
+        let wasm = &module.module;
+        let stack = limits.host_stack_bytes;
+        let (store, instance) = on_guest_thread(stack, move || {
+            store.data_mut().call_started = Instant::now();
+            let instance = linker
+                .instantiate(&mut store, wasm)
+                .map_err(|e| classify(e, "instantiating", limits.memory_bytes))?;
+            Ok((store, instance))
+        })??;
+        let mut guest = Guest {
+            store,
+            instance,
+            interrupt: InterruptHandle(interrupt),
+            limits,
+            name: module.name.clone(),
+        };
+        guest.check_abi_version()?;
+        Ok(guest)
+    }
+}
+
+/// Runs `f` on a fresh thread with a `stack`-byte stack, so deep guest recursion meets the
+/// wasm stack limit (a trap) long before the native stack ends. A panic in the host code that
+/// `f` runs becomes an error instead of taking the caller down.
+fn on_guest_thread<R: Send>(stack: usize, f: impl FnOnce() -> R + Send) -> Result<R, GuestError> {
+    std::thread::scope(|s| {
+        let handle = std::thread::Builder::new()
+            .name("neuronlab-guest".into())
+            .stack_size(stack)
+            .spawn_scoped(s, f)
+            .map_err(|e| {
+                GuestError::new(
+                    GuestErrorKind::Host,
+                    format!("cannot start the guest thread: {e}"),
+                )
+            })?;
+        handle.join().map_err(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            GuestError::new(
+                GuestErrorKind::Host,
+                format!(
+                    "internal error in the host while running the guest: {what}; please report it"
+                ),
+            )
+        })
+    })
+}
+
+/// Turns a wasmtime error into a [`GuestError`] with the trap kind and the wasm backtrace.
+fn classify(e: wasmtime::Error, doing: &str, memory_limit: usize) -> GuestError {
+    let backtrace = e
+        .downcast_ref::<WasmBacktrace>()
+        .map(|bt| {
+            bt.frames()
+                .iter()
+                .map(|f| match f.func_name() {
+                    Some(name) => name.to_string(),
+                    None => format!("<wasm function {}>", f.func_index()),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (kind, message) = if e.is::<Interrupted>() {
+        (
+            GuestErrorKind::Interrupted,
+            "the guest was interrupted".to_string(),
+        )
+    } else if let Some(d) = e.downcast_ref::<DeadlineExceeded>() {
+        (
+            GuestErrorKind::Deadline,
+            format!("{d}; it may be looping forever (raise the deadline if the work is real)"),
+        )
+    } else if let Some(trap) = e.downcast_ref::<Trap>() {
+        let kind = GuestErrorKind::Trap;
+        let msg = match trap {
+            Trap::StackOverflow => "stack overflow: the guest recursed too deeply".to_string(),
+            Trap::UnreachableCodeReached => {
+                "the guest aborted (an `unreachable` instruction; a Rust guest panicked or \
+                 returned an error: its message is on stderr above)"
+                    .to_string()
+            }
+            other => format!("wasm trap: {other}"),
+        };
+        (kind, msg)
+    } else {
+        let text = format!("{e:#}");
+        if text.contains("memory") && (text.contains("limit") || text.contains("grow")) {
+            (
+                GuestErrorKind::ResourceLimit,
+                format!(
+                    "the guest's linear memory would exceed its limit of {} MiB ({})",
+                    memory_limit >> 20,
+                    e.root_cause()
+                ),
+            )
+        } else {
+            (GuestErrorKind::Host, format!("error while {doing}: {text}"))
+        }
+    };
+    GuestError {
+        kind,
+        message,
+        backtrace,
+    }
+}
+
+/// One instantiated guest: its store (with the handle table and output sink) and instance.
+pub struct Guest {
+    store: Store<GuestState>,
+    instance: Instance,
+    interrupt: InterruptHandle,
+    limits: Limits,
+    name: String,
+}
+
+impl Guest {
+    /// A handle that stops this guest from another thread.
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        self.interrupt.clone()
+    }
+
+    /// Number of tensor handles the guest holds.
+    pub fn live_tensors(&self) -> usize {
+        self.store.data().handles.len()
+    }
+
+    /// `(name, explanation)` of every function this instance compiled with
+    /// `neuronlab::compile`: versions, guards, graphs and kernels (what `%explain` shows).
+    pub fn compiled_explanations(&self) -> Vec<(String, String)> {
+        self.store.data().compile.explanations()
+    }
+
+    fn check_abi_version(&mut self) -> Result<(), GuestError> {
+        let f = self
+            .instance
+            .get_typed_func::<(), i32>(&mut self.store, "neuronlab_abi_version")
+            .map_err(|_| {
+                GuestError::new(
+                    GuestErrorKind::AbiVersion,
+                    format!(
+                        "{} does not export `neuronlab_abi_version() -> i32`; build it with the \
+                         neuronlab SDK (or see guest-sdk/ABI.md). This host speaks ABI {ABI_MAJOR}.{ABI_MINOR}",
+                        self.name
+                    ),
+                )
+            })?;
+        let version = self.run(|store| f.call(store, ()))? as u32;
+        let (major, minor) = (version >> 16, version & 0xffff);
+        if major != ABI_MAJOR {
+            return Err(GuestError::new(
+                GuestErrorKind::AbiVersion,
+                format!(
+                    "{} was built for ABI {major}.{minor}, but this host speaks ABI {ABI_MAJOR}.x \
+                     (up to {ABI_MAJOR}.{ABI_MINOR}); rebuild it against this version of the SDK",
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` against the store on the guest thread, with the deadline clock restarted.
+    fn run<R: Send>(
+        &mut self,
+        f: impl FnOnce(&mut Store<GuestState>) -> wasmtime::Result<R> + Send,
+    ) -> Result<R, GuestError> {
+        self.interrupt.0.store(false, Ordering::SeqCst);
+        let store = &mut self.store;
+        store.data_mut().call_started = Instant::now();
+        let memory_limit = self.limits.memory_bytes;
+        // The guest thread carries the interrupt flag as its cancel token, so every host op
+        // the guest calls can be cancelled without setting a token per call.
+        let token = self.interrupt.0.clone();
+        on_guest_thread(self.limits.host_stack_bytes, move || {
+            neuronlab_core::cancel::with_token(token, || f(store))
+        })?
+        .map_err(|e| classify(e, "running the guest", memory_limit))
+    }
+
+    /// Calls the exported function `entry` with `args` parsed to its parameter types, and
+    /// returns its results formatted as text.
+    pub fn call(&mut self, entry: &str, args: &[String]) -> Result<Vec<String>, GuestError> {
+        let func: Func = match self.instance.get_export(&mut self.store, entry) {
+            Some(Extern::Func(f)) => f,
+            _ => {
+                let available: Vec<String> = self
+                    .instance
+                    .exports(&mut self.store)
+                    .filter(|e| {
+                        e.clone().into_func().is_some() && !e.name().starts_with("neuronlab_")
+                    })
+                    .map(|e| e.name().to_string())
+                    .collect();
+                return Err(GuestError::new(
+                    GuestErrorKind::MissingEntry,
+                    format!(
+                        "{} has no exported function `{entry}`; it exports: {}",
+                        self.name,
+                        if available.is_empty() {
+                            "nothing callable".to_string()
+                        } else {
+                            available.join(", ")
+                        }
+                    ),
+                ));
+            }
+        };
+        let ty = func.ty(&self.store);
+        let params: Vec<ValType> = ty.params().collect();
+        if params.len() != args.len() {
+            return Err(GuestError::new(
+                GuestErrorKind::BadArguments,
+                format!(
+                    "`{entry}` takes {} argument(s) ({}), got {}",
+                    params.len(),
+                    params
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    args.len()
+                ),
+            ));
+        }
+        let values = params
+            .iter()
+            .zip(args)
+            .enumerate()
+            .map(|(i, (ty, arg))| parse_arg(i, ty, arg))
+            .collect::<Result<Vec<Val>, GuestError>>()?;
+        let n_results = ty.results().len();
+        let results = self.run(move |store| {
+            let mut results = vec![Val::I32(0); n_results];
+            func.call(store, &values, &mut results)?;
+            Ok(results)
+        })?;
+        Ok(results.iter().map(format_val).collect())
+    }
+}
+
+fn parse_arg(i: usize, ty: &ValType, arg: &str) -> Result<Val, GuestError> {
+    let bad = || {
+        GuestError::new(
+            GuestErrorKind::BadArguments,
+            format!("argument {i} '{arg}' is not a valid {ty}"),
+        )
+    };
+    Ok(match ty {
+        ValType::I32 => Val::I32(arg.parse().map_err(|_| bad())?),
+        ValType::I64 => Val::I64(arg.parse().map_err(|_| bad())?),
+        ValType::F32 => Val::F32(arg.parse::<f32>().map_err(|_| bad())?.to_bits()),
+        ValType::F64 => Val::F64(arg.parse::<f64>().map_err(|_| bad())?.to_bits()),
+        other => {
+            return Err(GuestError::new(
+                GuestErrorKind::BadArguments,
+                format!("argument {i} has type {other}, which the command line cannot pass"),
+            ))
+        }
+    })
+}
+
+fn format_val(v: &Val) -> String {
+    match v {
+        Val::I32(x) => x.to_string(),
+        Val::I64(x) => x.to_string(),
+        Val::F32(b) => f32::from_bits(*b).to_string(),
+        Val::F64(b) => f64::from_bits(*b).to_string(),
+        other => format!("{other:?}"),
+    }
+}

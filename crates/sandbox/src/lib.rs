@@ -1,0 +1,54 @@
+//! The sandbox: WebAssembly guests that call the host's tensor APIs through the ABI in
+//! guest-sdk/ABI.md.
+//!
+//! - [`Sandbox`]: one wasmtime engine per process, a linker with the `neuronlab` imports, an
+//!   epoch thread for deadlines and interrupts, and an on-disk cache of compiled modules.
+//! - [`Guest`]: one store and instance: its handle table, limits and output sink. Calls run on
+//!   a thread with a large native stack, so runaway recursion traps instead of aborting.
+//! - [`abi`]: the host side of the ABI, one import table. Every host function bounds-checks
+//!   guest pointers, validates handles and returns a status; host errors never trap and never
+//!   panic.
+//! - [`spmd`]: one module launched as N ranks; [`var_store`]: the session's variables.
+
+#![deny(missing_docs)]
+
+pub mod abi;
+pub mod spmd;
+pub mod var_store;
+
+mod attr_codec;
+mod cache;
+mod compile_state;
+mod guest;
+mod guest_error;
+mod guest_output;
+mod handles;
+mod limits;
+mod status;
+mod values;
+
+pub use cache::ModuleSource;
+pub use guest::{Guest, GuestModule, InterruptHandle, Sandbox, ABI_MAJOR, ABI_MINOR};
+pub use guest_error::{GuestError, GuestErrorKind};
+pub use guest_output::{
+    GuestOutput, OutputSink, CLEAR_OUTPUT_MIME, DISPLAY_ID_MIME, MAX_DISPLAY_ID, RESULT_MIME,
+    UPDATE_DISPLAY_MIME,
+};
+pub use limits::Limits;
+pub use status::ErrorCode;
+pub use values::DistValue;
+
+use std::sync::Arc;
+
+use neuronlab_compile::recorder::ProgramCache;
+use var_store::VarStore;
+
+/// What the guests of one session share: its variables and its compiled programs. The
+/// default is a fresh store and an in-memory program cache, as for a guest on its own.
+#[derive(Clone, Default)]
+pub struct Shared {
+    /// The session's variables, which `var_*` imports read and write.
+    pub vars: Arc<VarStore>,
+    /// The session's compiled programs, by graph hash (on disk too when it has a folder).
+    pub programs: Arc<ProgramCache>,
+}

@@ -1,0 +1,56 @@
+//! The statuses the ABI's imports return: an [`ErrorCode`] the guest sees, and the message
+//! `last_error` gives.
+
+use crate::handles::HandleError;
+use neuronlab_core::Error;
+
+/// The ABI's error codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// A bad argument.
+    Invalid = -1,
+    /// A bad handle.
+    Handle = -2,
+    /// A pointer range outside guest memory.
+    Bounds = -3,
+    /// The op rejected its operands or attributes.
+    Op = -4,
+    /// A memory quota or limit.
+    Memory = -5,
+    /// No such op.
+    UnknownOp = -6,
+    /// Interrupted.
+    Cancelled = -7,
+    /// The output buffer is too small.
+    TooSmall = -8,
+    /// Known but not available here.
+    Unavailable = -9,
+    /// A collective failed across ranks.
+    Collective = -10,
+}
+
+/// A failed import: the code the guest sees and the message `last_error` gives.
+pub(crate) struct Fail(pub(crate) ErrorCode, pub(crate) String);
+
+pub(crate) type HostResult<T> = Result<T, Fail>;
+
+impl From<HandleError> for Fail {
+    fn from(e: HandleError) -> Fail {
+        Fail(ErrorCode::Handle, e.to_string())
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        let code = match &e {
+            Error::Op { .. } => ErrorCode::Op,
+            Error::OpOutOfMemory { .. } | Error::Memory(_) => ErrorCode::Memory,
+            Error::UnknownOp(_) => ErrorCode::UnknownOp,
+            Error::Cancelled(_) => ErrorCode::Cancelled,
+            Error::Collective(_) => ErrorCode::Collective,
+            Error::Invalid(_) | Error::Topology(_) => ErrorCode::Invalid,
+        };
+        Fail(code, e.to_string())
+    }
+}

@@ -1,0 +1,348 @@
+//! The cell's event summary as a compact HTML block: one line per item, a muted label and
+//! its values.
+//!
+//! ```text
+//! ops        12 on neuron:0 · host 1.20 ms · modeled 340 µs · memory-bound 9, compute-bound 3
+//! top        add 9× 270 µs (host 900 µs) · matmul 3× 70.0 µs (host 300 µs)
+//! peak HBM   neuron:0 48.0 MiB
+//! recompile  mlp: input 0 'x' shape changed: expected [8, 128], got [8, 96] · 12 → 4 nodes, ...
+//! collectives 2 · modeled 24.0 µs · all_reduce 2× 24.0 µs
+//! ```
+//!
+//! The counts come from the [`Summary`]; what needs more than a count (each compile with its
+//! reason, each graph break, each trap, the collectives per op) is read from the cell's events.
+
+use std::collections::BTreeMap;
+
+use super::{escape, FONT};
+use neuronlab_core::device::Bound;
+use neuronlab_core::events::fmt::{bytes, duration, duration_us};
+use neuronlab_core::events::{CacheSource, Event, EventKind, LimitAction, Summary};
+
+/// The most compiles, graph breaks or traps listed one by one; the rest are counted.
+pub const MAX_LISTED: usize = 8;
+
+const BLOCK: &str = "line-height:1.5;color:#555;border-left:3px solid #ddd;padding-left:8px";
+const LABEL: &str = "color:#999;display:inline-block;min-width:7em";
+
+/// `summary` of `events` (the events it was made from) as a self-contained HTML block.
+pub fn summary_html(summary: &Summary, events: &[Event]) -> String {
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    lines.push(("ops", ops_line(summary)));
+    if !summary.top_ops.is_empty() {
+        let top: Vec<String> = summary
+            .top_ops
+            .iter()
+            .map(|op| {
+                format!(
+                    "{} {}× {} (host {})",
+                    op.name,
+                    op.count,
+                    duration(op.modeled_s),
+                    duration(op.host_s)
+                )
+            })
+            .collect();
+        lines.push(("top", top.join(" · ")));
+    }
+    if !summary.peak_hbm.is_empty() {
+        let peaks: Vec<String> = summary
+            .peak_hbm
+            .iter()
+            .map(|(core, &peak)| format!("{core} {}", bytes(peak)))
+            .collect();
+        lines.push(("peak HBM", peaks.join(" · ")));
+    }
+    lines.extend(listed(events));
+    if summary.cache_hits > 0 {
+        lines.push(("cache hits", summary.cache_hits.to_string()));
+    }
+    if summary.collectives > 0 {
+        lines.push(("collectives", collectives_line(summary, events)));
+    }
+
+    let mut html = format!("<div style=\"{FONT};{BLOCK}\">\n");
+    for (label, text) in lines {
+        html.push_str(&format!(
+            "<div><span style=\"{LABEL}\">{}</span> {}</div>\n",
+            escape(label),
+            escape(&text)
+        ));
+    }
+    html.push_str("</div>");
+    html
+}
+
+/// `12 on neuron:0 · host 1.20 ms · modeled 340 µs · memory-bound 9, compute-bound 3`.
+fn ops_line(summary: &Summary) -> String {
+    if summary.ops == 0 {
+        return "none".to_string();
+    }
+    let cores = match (summary.cores.first(), summary.cores.len()) {
+        (Some(core), 1) => core.to_string(),
+        (_, n) => format!("{n} cores"),
+    };
+    // Most frequent bound first, as the text summary.
+    let mut bounds: Vec<(&Bound, &u64)> = summary.bounds.iter().collect();
+    bounds.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let bounds: Vec<String> = bounds.iter().map(|(b, n)| format!("{b} {n}")).collect();
+    format!(
+        "{} on {cores} · host {} · modeled {} · {}",
+        summary.ops,
+        duration(summary.host_s),
+        duration(summary.modeled_s),
+        bounds.join(", ")
+    )
+}
+
+/// The line of an event listed one by one (compiles, graph breaks, recompile limits, traps).
+fn event_line(event: &Event) -> Option<(&'static str, String)> {
+    Some(match &event.kind {
+        EventKind::Compile(c) => {
+            let cache = match c.cache {
+                CacheSource::Miss => String::new(),
+                source => format!(" · from the {source} cache"),
+            };
+            (
+                if c.recompile { "recompile" } else { "compile" },
+                format!(
+                    "{}: {} · {} → {} nodes, {} kernels · {}{cache}",
+                    c.function,
+                    c.reason,
+                    c.nodes_before,
+                    c.nodes_after,
+                    c.fused_kernels,
+                    duration_us(c.host_compile_us)
+                ),
+            )
+        }
+        EventKind::GraphBreak {
+            function,
+            reason,
+            op,
+        } => ("graph break", format!("{function}: {reason} (at {op})")),
+        EventKind::RecompileLimit {
+            function,
+            limit,
+            action,
+        } => (
+            "limit",
+            format!(
+                "{function} reached its recompile limit {limit}: later calls {}",
+                match action {
+                    LimitAction::RunEager => "run eagerly",
+                    LimitAction::Fail => "fail",
+                }
+            ),
+        ),
+        EventKind::GuestTrap { message } => ("trap", message.clone()),
+        _ => return None,
+    })
+}
+
+/// The lines of the events listed one by one, at most [`MAX_LISTED`] of each label, then a
+/// count of the rest per label.
+fn listed(events: &[Event]) -> Vec<(&'static str, String)> {
+    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut more: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for (label, text) in events.iter().filter_map(event_line) {
+        let n = shown.entry(label).or_default();
+        if *n < MAX_LISTED {
+            *n += 1;
+            lines.push((label, text));
+        } else {
+            *more.entry(label).or_default() += 1;
+        }
+    }
+    for (label, n) in more {
+        let hint = match label {
+            "compile" | "recompile" => " (%recompiles lists them all)",
+            _ => " (%events lists them all)",
+        };
+        lines.push((label, format!("… and {n} more{hint}")));
+    }
+    lines
+}
+
+/// `3 · modeled 36.0 µs · all_reduce 2× 24.0 µs · all_gather 1× 12.0 µs`.
+fn collectives_line(summary: &Summary, events: &[Event]) -> String {
+    let mut per_op: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
+    for event in events {
+        if let EventKind::Collective(c) = &event.kind {
+            let total = per_op.entry(&c.op).or_default();
+            total.0 += 1;
+            total.1 += c.modeled_us * 1e-6;
+        }
+    }
+    let mut ranked: Vec<(&str, (u64, f64))> = per_op.into_iter().collect();
+    ranked.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1).then(a.0.cmp(b.0)));
+    let mut items = vec![
+        summary.collectives.to_string(),
+        format!("modeled {}", duration(summary.collective_modeled_s)),
+    ];
+    items.extend(
+        ranked
+            .into_iter()
+            .map(|(op, (n, s))| format!("{op} {n}× {}", duration(s))),
+    );
+    items.join(" · ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuronlab_core::device::{CoreId, ModeledTime};
+    use neuronlab_core::events::{
+        CollectiveEvent, CompileEvent, MemoryAction, MemoryEvent, OpEvent,
+    };
+
+    fn at(seq: u64, core: u32, kind: EventKind) -> Event {
+        Event {
+            seq,
+            ts_us: 0.0,
+            core: CoreId(core),
+            kind,
+        }
+    }
+
+    fn op(seq: u64, name: &str, modeled_us: f64, bound: Bound) -> Event {
+        at(
+            seq,
+            0,
+            EventKind::Op(OpEvent {
+                name: name.to_string().into(),
+                inputs: vec![],
+                outputs: vec![],
+                flops: 0.0,
+                bytes: 0.0,
+                host_us: 100.0,
+                modeled: ModeledTime {
+                    compute_s: 0.0,
+                    memory_s: 0.0,
+                    launch_s: 0.0,
+                    total_s: modeled_us * 1e-6,
+                    bound,
+                },
+            }),
+        )
+    }
+
+    fn compile(seq: u64, reason: &str, recompile: bool) -> Event {
+        at(
+            seq,
+            0,
+            EventKind::Compile(CompileEvent {
+                function: "mlp".into(),
+                reason: reason.into(),
+                recompile,
+                graph: "3f2a9c0d1e2b4f5a".into(),
+                nodes_before: 12,
+                nodes_after: 4,
+                fused_kernels: 2,
+                host_compile_us: 800.0,
+                cache: CacheSource::Miss,
+            }),
+        )
+    }
+
+    #[test]
+    fn lines_carry_ops_peaks_compile_reasons_and_collectives() {
+        let mut events = vec![
+            compile(0, "new function", false),
+            compile(
+                1,
+                "input 0 'x' shape changed: expected [8, 128], got [8, 96]",
+                true,
+            ),
+            op(2, "matmul", 60.0, Bound::Compute),
+            op(3, "add", 10.0, Bound::Memory),
+            at(
+                4,
+                1,
+                EventKind::Memory(MemoryEvent {
+                    action: MemoryAction::Alloc,
+                    bytes: 4096,
+                    in_use: 4096,
+                    peak: 4096,
+                }),
+            ),
+            at(
+                5,
+                0,
+                EventKind::GuestTrap {
+                    message: "unreachable <executed>".into(),
+                },
+            ),
+        ];
+        for (seq, op) in [(6, "all_reduce"), (7, "all_reduce"), (8, "all_gather")] {
+            events.push(at(
+                seq,
+                0,
+                EventKind::Collective(CollectiveEvent {
+                    op: op.into(),
+                    group: vec![0, 1],
+                    mesh_dim: None,
+                    bytes: 64,
+                    host_us: 1.0,
+                    modeled_us: 12.0,
+                }),
+            ));
+        }
+        let html = summary_html(&Summary::from_events(&events), &events);
+        let label = |l: &str| format!("<div><span style=\"{LABEL}\">{l}</span> ");
+        assert!(
+            html.starts_with("<div style=\"font-family:monospace"),
+            "{html}"
+        );
+        assert!(
+            html.contains(&format!(
+                "{}2 on neuron:0 · host 200 µs · modeled 70.0 µs · compute-bound 1, memory-bound 1</div>",
+                label("ops")
+            )),
+            "{html}"
+        );
+        assert!(
+            html.contains("matmul 1× 60.0 µs (host 100 µs) · add 1× 10.0 µs (host 100 µs)"),
+            "{html}"
+        );
+        assert!(html.contains(&format!("{}neuron:1 4.00 KiB</div>", label("peak HBM"))));
+        assert!(
+            html.contains(&format!(
+                "{}mlp: new function · 12 → 4 nodes, 2 kernels · 800 µs</div>",
+                label("compile")
+            )),
+            "{html}"
+        );
+        assert!(
+            html.contains(&format!(
+                "{}mlp: input 0 &#39;x&#39; shape changed: expected [8, 128], got [8, 96]",
+                label("recompile")
+            )),
+            "{html}"
+        );
+        assert!(html.contains("unreachable &lt;executed&gt;"), "{html}");
+        assert!(
+            html.contains(&format!(
+                "{}3 · modeled 36.0 µs · all_reduce 2× 24.0 µs · all_gather 1× 12.0 µs</div>",
+                label("collectives")
+            )),
+            "{html}"
+        );
+        assert_eq!(html.matches("<div").count(), html.matches("</div>").count());
+    }
+
+    #[test]
+    fn long_lists_are_cut_with_a_count() {
+        let events: Vec<Event> = (0..11)
+            .map(|i| compile(i, &format!("guard {i}"), i > 0))
+            .collect();
+        let html = summary_html(&Summary::from_events(&events), &events);
+        assert_eq!(html.matches("· 12 → 4 nodes").count(), 1 + MAX_LISTED);
+        assert!(
+            html.contains("… and 2 more (%recompiles lists them all)"),
+            "{html}"
+        );
+        assert!(html.contains(">ops</span> none</div>"), "{html}");
+    }
+}

@@ -1,0 +1,684 @@
+//! Running guests for the session: a built Rust cell, a `%%wat` cell, a `%load`ed module's
+//! exports (`%run`), and a module as N ranks (`%spmd`). Their output streams into the cell's
+//! outputs as it happens; their tensors stay in the session's runtime and variables.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use wasmtime::ValType;
+
+use super::rust_cell::build::{self, BuildFailure, UserSources};
+use super::rust_cell::codegen::{self, KeptItem, Restore};
+use super::rust_cell::parse;
+use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
+use crate::toolchain::Toolchain;
+use neuronlab_dist::{World, WorldOptions};
+use neuronlab_sandbox::spmd::{launch, RankOutputs, RankView, SpmdInterrupt, SpmdOptions};
+use neuronlab_sandbox::var_store::Var;
+use neuronlab_sandbox::{Guest, GuestError, GuestErrorKind, GuestModule, GuestOutput, OutputSink};
+
+/// A module loaded with `%load` or defined by a `%%wat` cell, with its live instance, so
+/// `%run` calls keep the instance's state.
+pub struct LoadedModule {
+    /// The name `%run` uses (the file stem, or `wat<N>` for a cell).
+    pub name: String,
+    /// Its instance.
+    pub guest: Guest,
+    /// Its callable exports with their parameter types.
+    pub exports: Vec<(String, Vec<ValType>)>,
+}
+
+/// How the columns of the generated cell file differ from the user's: the declarations added
+/// to the first line, and the `__show!(` before the final expression.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct CellColumns {
+    header_chars: usize,
+    show: Option<(usize, usize, usize)>,
+}
+
+impl CellColumns {
+    fn of(map: &codegen::SourceMap) -> CellColumns {
+        CellColumns {
+            header_chars: map.header_chars,
+            show: map.show,
+        }
+    }
+
+    /// The user's column of column `col` on line `line` of the generated file.
+    fn user_column(&self, line: usize, col: usize) -> usize {
+        let mut col = col;
+        if line == 1 {
+            col = col.saturating_sub(self.header_chars);
+        }
+        if let Some((show_line, show_col, width)) = self.show {
+            if line == show_line && col >= show_col + width {
+                col -= width;
+            }
+        }
+        col.max(1)
+    }
+}
+
+/// `text` with every `src/cell.rs:L:C` (a panic's or `dbg!`'s location) written as the
+/// user's `cell[N]:L:C`.
+fn user_locations(text: &str, cell: u32, columns: Option<CellColumns>) -> String {
+    const FILE: &str = "src/cell.rs:";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(FILE) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + FILE.len()..];
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let line_len = digits(rest);
+        let line: Option<usize> = rest[..line_len].parse().ok();
+        let col_text = rest[line_len..].strip_prefix(':');
+        match (line, col_text, columns) {
+            (Some(line), Some(after), Some(columns)) if digits(after) > 0 => {
+                let col_len = digits(after);
+                let col: usize = after[..col_len].parse().unwrap_or(1);
+                out.push_str(&format!(
+                    "cell[{cell}]:{line}:{}",
+                    columns.user_column(line, col)
+                ));
+                rest = &after[col_len..];
+            }
+            _ => out.push_str(&format!("cell[{cell}]:")),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Turns guest output into cell outputs: locations in the cell's file become `cell[N]:L:C`,
+/// and the output after a result marker is the cell's result.
+struct OutputConverter {
+    cell: u32,
+    columns: Option<CellColumns>,
+    result_next: bool,
+    /// The display id (and whether it is an update) the next display goes to.
+    display_id_next: Option<(String, bool)>,
+    /// The last line on stderr that explains a failure (`error: ...`, `panicked at ...`).
+    last_failure: Option<String>,
+}
+
+impl OutputConverter {
+    fn new(cell: u32, columns: Option<CellColumns>) -> OutputConverter {
+        OutputConverter {
+            cell,
+            columns,
+            result_next: false,
+            display_id_next: None,
+            last_failure: None,
+        }
+    }
+
+    fn convert(&mut self, output: GuestOutput) -> Option<Output> {
+        let (cell, columns) = (self.cell, self.columns);
+        let rename = |text: String| user_locations(&text, cell, columns);
+        Some(match output {
+            GuestOutput::Stdout(text) => Output::Stdout(rename(text)),
+            GuestOutput::Stderr(text) => {
+                let text = rename(text);
+                if let Some(line) = text
+                    .lines()
+                    .rev()
+                    .find(|l| l.starts_with("error: ") || l.starts_with("panicked at"))
+                {
+                    self.last_failure = Some(line.to_string());
+                }
+                Output::Stderr(text)
+            }
+            GuestOutput::ResultNext => {
+                self.result_next = true;
+                return None;
+            }
+            GuestOutput::DisplayIdNext { id, update } => {
+                self.display_id_next = Some((id, update));
+                return None;
+            }
+            GuestOutput::ClearOutput { wait } => Output::ClearOutput { wait },
+            GuestOutput::Tensor(t) => self.shown(MimeBundle::tensor(&t)),
+            GuestOutput::Plot(p) => self.shown(MimeBundle::plot(&p)),
+            GuestOutput::Display { mime, data } => {
+                let data = String::from_utf8_lossy(&data).into_owned();
+                let bundle = if mime == "text/plain" {
+                    MimeBundle::text(data)
+                } else {
+                    MimeBundle::text(format!("<{mime}: shown where the front end can>"))
+                        .with(&mime, data)
+                };
+                self.shown(bundle)
+            }
+        })
+    }
+
+    fn shown(&mut self, bundle: MimeBundle) -> Output {
+        let id = self.display_id_next.take();
+        if std::mem::take(&mut self.result_next) {
+            return Output::Result(bundle);
+        }
+        match id {
+            Some((id, update)) => Output::DisplayWithId { id, bundle, update },
+            None => Output::Display(bundle),
+        }
+    }
+
+    /// The error to report for a failed guest call.
+    fn error(&self, e: &GuestError) -> CellError {
+        let evalue = match (&self.last_failure, e.kind) {
+            (Some(line), GuestErrorKind::Trap) => line.clone(),
+            _ => e.message.clone(),
+        };
+        CellError {
+            ename: e.kind.name().to_string(),
+            evalue,
+            traceback: vec![e.to_string()],
+        }
+    }
+}
+
+/// Where the session's guests send their output: the current cell's channel, swapped per call.
+#[derive(Clone, Default)]
+pub(super) struct OutputRouter(Arc<Mutex<Option<mpsc::Sender<GuestOutput>>>>);
+
+impl OutputRouter {
+    /// A sink for a new guest instance.
+    pub(super) fn sink(&self) -> OutputSink {
+        let router = self.clone();
+        Box::new(move |o| {
+            if let Some(tx) = &*router.0.lock().unwrap_or_else(PoisonError::into_inner) {
+                let _ = tx.send(o);
+            }
+        })
+    }
+
+    /// Runs `call` on its own thread while this thread passes its output to `out`.
+    fn stream<R: Send>(
+        &self,
+        converter: &mut OutputConverter,
+        out: &mut dyn FnMut(Output),
+        call: impl FnOnce() -> R + Send,
+    ) -> R {
+        let (tx, rx) = mpsc::channel();
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        let result = std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let r = call();
+                // Closing the channel ends the loop below once everything is delivered.
+                *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                r
+            });
+            for o in rx {
+                if let Some(o) = converter.convert(o) {
+                    out(o);
+                }
+            }
+            worker.join()
+        });
+        match result {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Session {
+    /// Builds and runs a Rust cell; an items-only cell keeps its items.
+    pub(super) fn run_rust_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        match self.build_rust_cell(code, out) {
+            Ok(Some(wasm)) => self.run_cell_module(&wasm, self.execution_count, out),
+            Ok(None) => Outcome::Ok,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Builds a Rust cell into a module. An items-only cell keeps its items and gives `None`;
+    /// a failure has been reported and gives its outcome.
+    pub(super) fn build_rust_cell(
+        &mut self,
+        code: &str,
+        out: &mut dyn FnMut(Output),
+    ) -> Result<Option<PathBuf>, Outcome> {
+        let cell_no = self.execution_count;
+        let parsed = match parse::parse(code) {
+            Ok(p) => p,
+            Err(e) => {
+                let line = code.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
+                let report = format!(
+                    "error: {}\n --> cell [{cell_no}], line {}:{}\n  |\n  | {line}\n  | {}^\n",
+                    e.message,
+                    e.line,
+                    e.column,
+                    " ".repeat(e.column.saturating_sub(1))
+                );
+                return Err(fail(
+                    out,
+                    CellError {
+                        ename: "SyntaxError".into(),
+                        evalue: e.message,
+                        traceback: vec![report],
+                    },
+                ));
+            }
+        };
+        let toolchain = match Toolchain::detect() {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(fail(
+                    out,
+                    CellError::new(
+                        "NoToolchain",
+                        format!(
+                            "Rust cells are built for wasm32, and {e}\n%%wat cells, %load, %run \
+                             and `neuronlab tour` work without it."
+                        ),
+                    ),
+                ))
+            }
+        };
+        let Some(sdk_dir) = self.sdk_dir.clone() else {
+            return Err(fail(
+                out,
+                CellError::new(
+                    "NoSdk",
+                    "the neuronlab guest SDK was not found: set NEURONLAB_SDK to the guest-sdk \
+                     folder of a neuronlab checkout",
+                ),
+            ));
+        };
+        // Items of an items-only cell replace kept items with the same key.
+        let mut kept = self.kept.clone();
+        let items_only = !parsed.has_statements && !parsed.items.is_empty();
+        if items_only {
+            for item in &parsed.items {
+                kept.retain(|k| k.key != item.key);
+                kept.push(KeptItem {
+                    key: item.key.clone(),
+                    cell: cell_no,
+                    line: item.line,
+                    text: code[item.range.clone()].to_string(),
+                });
+            }
+        }
+        let restores: Vec<(String, Restore)> = self
+            .shared
+            .vars
+            .snapshot()
+            .into_iter()
+            .filter_map(|(name, var)| match var {
+                Var::Tensor(_) => Some((name, Restore::Tensor)),
+                Var::Value { ty, .. } => Some((name, Restore::Value(ty))),
+                Var::Local { .. } => None,
+            })
+            .collect();
+        let mut keeps: Vec<String> = if items_only {
+            Vec::new()
+        } else {
+            let mut names: Vec<String> = restores.iter().map(|(n, _)| n.clone()).collect();
+            for b in &parsed.lets {
+                if !names.contains(&b.name) {
+                    names.push(b.name.clone());
+                }
+            }
+            names
+        };
+        let restores = if items_only { Vec::new() } else { restores };
+        let target_dir = super::cell_target_dir();
+        let wasm = loop {
+            let generated = codegen::generate(code, &parsed, &kept, &restores, &keeps);
+            if let Err(e) = build::write_crate(&self.work_dir, &sdk_dir, &generated) {
+                return Err(fail(out, CellError::new("SessionError", e)));
+            }
+            let mut progress = |text: &str| out(Output::Stderr(text.to_string()));
+            match build::build(
+                &toolchain,
+                &self.work_dir,
+                &target_dir,
+                self.interrupter.flag(),
+                &mut progress,
+            ) {
+                Ok(wasm) => {
+                    self.cell_columns = Some(CellColumns::of(&generated.map));
+                    break wasm;
+                }
+                Err(BuildFailure::Compile(errors)) => {
+                    let moved = build::moved_keeps(&errors, &generated.map);
+                    if !moved.is_empty() {
+                        // Moved bindings do not outlive the cell; build without keeping them.
+                        keeps.retain(|k| !moved.contains(k));
+                        continue;
+                    }
+                    let sources = UserSources {
+                        cell: (cell_no, code),
+                        kept: &kept,
+                    };
+                    let traceback = build::render(&errors, &generated.map, &sources);
+                    let evalue = errors
+                        .first()
+                        .map(|e| e.message.clone())
+                        .unwrap_or_default();
+                    return Err(fail(
+                        out,
+                        CellError {
+                            ename: "CompileError".into(),
+                            evalue,
+                            traceback,
+                        },
+                    ));
+                }
+                Err(BuildFailure::Tool(message)) => {
+                    return Err(fail(out, CellError::new("BuildError", message)))
+                }
+                Err(BuildFailure::Interrupted) => {
+                    out(Output::Error(CellError::new(
+                        "Interrupted",
+                        "the cell was interrupted while it was being built",
+                    )));
+                    return Err(Outcome::Interrupted);
+                }
+            }
+        };
+        if items_only {
+            self.kept = kept;
+            return Ok(None);
+        }
+        Ok(Some(wasm))
+    }
+
+    /// Loads the cell's module and calls its `run` export.
+    fn run_cell_module(
+        &mut self,
+        wasm: &Path,
+        cell_no: u32,
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
+        let module = match self.sandbox.load_file(wasm) {
+            Ok(m) => m,
+            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
+        };
+        let mut guest = match self.instantiate(&module) {
+            Ok(g) => g,
+            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
+        };
+        self.call(&mut guest, "run", &[], cell_no, out)
+            .map_or(Outcome::Error, |_| Outcome::Ok)
+    }
+
+    /// A new instance of `module` on the session's runtime, core and variables.
+    pub(super) fn instantiate(&self, module: &GuestModule) -> Result<Guest, GuestError> {
+        let comm = World::single(self.runtime.clone(), self.runtime.default_device()).rank(0);
+        self.sandbox.instantiate_rank(
+            module,
+            comm,
+            self.shared.clone(),
+            self.limits.clone(),
+            self.router.sink(),
+        )
+    }
+
+    /// Calls `entry` of `guest`, streaming its output; reports a failure as the cell's error.
+    /// Afterwards, `%explain` shows the functions the instance has compiled.
+    pub(super) fn call(
+        &mut self,
+        guest: &mut Guest,
+        entry: &str,
+        args: &[String],
+        cell_no: u32,
+        out: &mut dyn FnMut(Output),
+    ) -> Result<Vec<String>, ()> {
+        self.interrupter
+            .set(Running::Guest(guest.interrupt_handle()));
+        let mut converter = OutputConverter::new(cell_no, self.cell_columns.take());
+        let result = self
+            .router
+            .stream(&mut converter, out, || guest.call(entry, args));
+        self.interrupter.set(Running::Nothing);
+        self.explanations = guest.compiled_explanations();
+        result.map_err(|e| {
+            out(Output::Error(converter.error(&e)));
+        })
+    }
+
+    /// Compiles a `%%wat` cell, calls its `run` export if it has one, and keeps it for `%run`
+    /// as `wat<N>`.
+    pub(super) fn run_wat_cell(&mut self, text: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        let name = format!("wat{}", self.execution_count);
+        self.load_module_bytes(&name, text.as_bytes(), true, out)
+    }
+
+    /// `%load FILE`: a `.wasm` or `.wat` module whose exports `%run` calls.
+    pub(super) fn load_module_file(&mut self, path: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                return fail(
+                    out,
+                    CellError::new("LoadError", format!("cannot read {path}: {e}")),
+                )
+            }
+        };
+        let name = Path::new(path).file_stem().map_or_else(
+            || path.to_string(),
+            |s| s.to_string_lossy().replace('-', "_"),
+        );
+        self.load_module_bytes(&name, &bytes, false, out)
+    }
+
+    fn load_module_bytes(
+        &mut self,
+        name: &str,
+        bytes: &[u8],
+        run_now: bool,
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
+        let module = match self.sandbox.load(name, bytes) {
+            Ok(m) => m,
+            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
+        };
+        let exports = module.entries();
+        let mut guest = match self.instantiate(&module) {
+            Ok(g) => g,
+            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
+        };
+        let cell_no = self.execution_count;
+        let mut outcome = Outcome::Ok;
+        if run_now && exports.iter().any(|(n, p)| n == "run" && p.is_empty()) {
+            match self.call(&mut guest, "run", &[], cell_no, out) {
+                Ok(values) if !values.is_empty() => {
+                    out(Output::Result(MimeBundle::text(values.join(", "))))
+                }
+                Ok(_) => {}
+                Err(()) => outcome = Outcome::Error,
+            }
+        }
+        let listing: Vec<String> = exports
+            .iter()
+            .map(|(n, params)| {
+                let params: Vec<String> = params.iter().map(ToString::to_string).collect();
+                format!("{n}({})", params.join(", "))
+            })
+            .collect();
+        out(Output::Stdout(format!(
+            "loaded {name}: %run {name}.<export> [args] calls {}\n",
+            if listing.is_empty() {
+                "nothing (it exports no functions)".to_string()
+            } else {
+                listing.join(", ")
+            }
+        )));
+        self.modules.retain(|m| m.name != name);
+        self.modules.push(LoadedModule {
+            name: name.to_string(),
+            guest,
+            exports,
+        });
+        outcome
+    }
+
+    /// `%run [module.]export args...`: calls an export of a loaded module (the last loaded
+    /// when no module is named).
+    pub(super) fn run_export(
+        &mut self,
+        target: &str,
+        args: &[String],
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
+        let (module, entry) = match target.split_once('.') {
+            Some((m, e)) => (Some(m), e),
+            None => (None, target),
+        };
+        let index = match module {
+            Some(m) => self.modules.iter().position(|l| l.name == m),
+            None => self.modules.len().checked_sub(1),
+        };
+        let Some(index) = index else {
+            let known: Vec<&str> = self.modules.iter().map(|m| m.name.as_str()).collect();
+            return fail(
+                out,
+                CellError::new(
+                    "MagicError",
+                    match module {
+                        Some(m) if !known.is_empty() => format!("no module named '{m}' is loaded; loaded: {}", known.join(", ")),
+                        _ => "no module is loaded: %load FILE.wasm (or .wat), or define one with a %%wat cell".to_string(),
+                    },
+                ),
+            );
+        };
+        let cell_no = self.execution_count;
+        let mut loaded = self.modules.remove(index);
+        let result = self.call(&mut loaded.guest, entry, args, cell_no, out);
+        self.modules.insert(index, loaded);
+        match result {
+            Ok(values) => {
+                if !values.is_empty() {
+                    out(Output::Result(MimeBundle::text(values.join(", "))));
+                }
+                Outcome::Ok
+            }
+            Err(()) => Outcome::Error,
+        }
+    }
+
+    /// Runs the module at `path` as `nproc` ranks on the session's runtime and variables.
+    pub(super) fn run_spmd(
+        &mut self,
+        path: &Path,
+        nproc: u32,
+        all_ranks: bool,
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
+        let module = match self.sandbox.load_file(path) {
+            Ok(m) => m,
+            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
+        };
+        let world = match WorldOptions::from_env() {
+            Ok(w) => w,
+            Err(e) => return fail(out, CellError::new("MagicError", e.to_string())),
+        };
+        let options = SpmdOptions {
+            nproc,
+            entry: "run".into(),
+            args: vec![],
+            limits: self.limits.clone(),
+            world,
+        };
+        let interrupt = SpmdInterrupt::new();
+        self.interrupter.set(Running::Ranks(interrupt.clone()));
+        let (tx, rx) = mpsc::channel::<GuestOutput>();
+        let view = RankView {
+            all_ranks,
+            prefix: nproc > 1,
+        };
+        let tx = Mutex::new(tx);
+        let outputs = Arc::new(RankOutputs::new(
+            view,
+            Box::new(move |o| {
+                let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(o);
+            }),
+        ));
+        let sink = outputs.clone();
+        let mut converter = OutputConverter::new(self.execution_count, self.cell_columns.take());
+        let (sandbox, runtime, shared) = (self.sandbox, self.runtime.clone(), self.shared.clone());
+        let results = std::thread::scope(|s| {
+            let worker = s.spawn(move || {
+                let r = launch(
+                    sandbox,
+                    &module,
+                    runtime,
+                    shared,
+                    &options,
+                    Arc::new(move |rank, o| sink.emit(rank, o)),
+                    &interrupt,
+                );
+                // Delivers partial lines, then closes the channel so the loop below ends.
+                outputs.finish();
+                drop(outputs);
+                r
+            });
+            for o in rx {
+                if let Some(o) = converter.convert(o) {
+                    out(o);
+                }
+            }
+            worker.join()
+        });
+        self.interrupter.set(Running::Nothing);
+        let results = match results {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return fail(out, CellError::new("SpmdError", e.to_string())),
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let failures: Vec<String> = results
+            .iter()
+            .filter_map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("rank {}: {e}", r.rank))
+            })
+            .collect();
+        if failures.is_empty() {
+            Outcome::Ok
+        } else {
+            let first = failures[0].clone();
+            fail(
+                out,
+                CellError {
+                    ename: "SpmdError".into(),
+                    evalue: format!("{} of {nproc} ranks failed; {first}", failures.len()),
+                    traceback: failures,
+                },
+            )
+        }
+    }
+
+    /// The modules loaded with `%load` or `%%wat`.
+    pub fn loaded_modules(&self) -> impl Iterator<Item = &LoadedModule> {
+        self.modules.iter()
+    }
+
+    /// Forgets loaded modules (for `%reset`).
+    pub(super) fn clear_modules(&mut self) {
+        self.modules.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_locations_become_the_users_cell_line_and_column() {
+        let columns = CellColumns {
+            header_chars: 100,
+            show: Some((3, 1, 19)),
+        };
+        let text = "panicked at src/cell.rs:3:21: index out of bounds\n[src/cell.rs:1:109] x = 2";
+        assert_eq!(
+            user_locations(text, 6, Some(columns)),
+            "panicked at cell[6]:3:2: index out of bounds\n[cell[6]:1:9] x = 2"
+        );
+        assert_eq!(user_locations("at src/cell.rs:", 2, None), "at cell[2]:");
+    }
+}

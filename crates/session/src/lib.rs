@@ -1,0 +1,366 @@
+//! The session engine behind both front ends (the REPL and the Jupyter kernel): cells in,
+//! outputs out, state kept between cells (DESIGN.md section 7).
+//!
+//! [`Session::execute`] takes a cell and reports its [`Output`]s as they happen through a
+//! callback: stream text, rich displays, the final expression's value, an error, and the
+//! cell's event summary. It knows nothing of terminals or Jupyter.
+//!
+//! - [`cell`]: what kind of cell a text is (Rust, line magics, a cell magic).
+//! - [`complete`]: completion, inspection and `is_complete` of text being written.
+//! - [`rust_cell`]: a Rust cell becomes a guest crate (parse, generate, build, map errors).
+//! - [`guests`]: running modules: built cells, `%%wat` cells, `%load`ed modules, SPMD.
+//! - [`magics`]: the `%` commands, their help and their completion, from one table.
+//! - [`display`]: the HTML of tensors and of the cell's event summary.
+//! - [`output`]: what a cell produces.
+
+#![deny(missing_docs)]
+
+pub mod toolchain;
+
+pub mod cell;
+pub mod complete;
+pub mod display;
+pub mod guests;
+pub mod magics;
+pub mod output;
+pub mod rust_cell;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+pub use complete::{Completion, CompletionItem, IsComplete};
+pub use output::{CellError, MimeBundle, Output};
+
+use guests::LoadedModule;
+use neuronlab_core::events::Summary;
+use neuronlab_core::paths::CacheDir;
+use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_core::Runtime;
+use neuronlab_sandbox::spmd::SpmdInterrupt;
+use neuronlab_sandbox::var_store::VarStore;
+use neuronlab_sandbox::{InterruptHandle, Limits, Sandbox, Shared};
+use rust_cell::codegen::KeptItem;
+
+/// How a cell ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran to its end.
+    Ok,
+    /// It failed; an [`Output::Error`] said why.
+    Error,
+    /// It was interrupted; the session and its variables are intact.
+    Interrupted,
+}
+
+/// The environment variable that sets how long one cell may run, in seconds.
+pub const CELL_DEADLINE_ENV: &str = "NEURONLAB_CELL_DEADLINE";
+
+/// Settings of a [`Session`].
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// The simulated instance and the host memory cap.
+    pub runtime: RuntimeOptions,
+    /// Each guest's sandbox limits (the deadline is per cell).
+    pub limits: Limits,
+    /// Where the session's cell crate is built. Default: a new folder under the cache root.
+    pub work_dir: Option<PathBuf>,
+    /// The guest SDK folder. Default: `NEURONLAB_SDK`, else the SDK of the source tree this
+    /// binary was built from.
+    pub sdk_dir: Option<PathBuf>,
+}
+
+impl SessionOptions {
+    /// Options from the environment (the runtime's variables, `NEURONLAB_CELL_DEADLINE`,
+    /// `NEURONLAB_SDK`), with a 10-minute cell deadline by default: interactive cells are
+    /// stopped with an interrupt, the deadline only catches what nobody is watching.
+    pub fn from_env() -> neuronlab_core::Result<SessionOptions> {
+        let deadline = match std::env::var(CELL_DEADLINE_ENV) {
+            Ok(text) => neuronlab_dist::comm::parse_timeout(&text)
+                .map_err(|e| neuronlab_core::Error::Invalid(format!("{CELL_DEADLINE_ENV}: {e}")))?,
+            Err(_) => Duration::from_secs(600),
+        };
+        Ok(SessionOptions {
+            runtime: RuntimeOptions::from_env()?,
+            limits: Limits {
+                deadline,
+                ..Limits::default()
+            },
+            work_dir: None,
+            sdk_dir: std::env::var_os("NEURONLAB_SDK").map(PathBuf::from),
+        })
+    }
+}
+
+/// Stops the running cell from another thread: its guest (at the next epoch tick), its host
+/// op (at the next chunk), a collective it waits in, or the cargo build of the cell.
+#[derive(Clone, Default)]
+pub struct Interrupter {
+    inner: Arc<InterruptState>,
+}
+
+#[derive(Default)]
+struct InterruptState {
+    /// Set by [`Interrupter::interrupt`], cleared when a cell starts.
+    requested: Arc<AtomicBool>,
+    running: Mutex<Running>,
+}
+
+/// What the current cell is running, to stop it.
+#[derive(Default)]
+enum Running {
+    #[default]
+    Nothing,
+    Guest(InterruptHandle),
+    Ranks(SpmdInterrupt),
+}
+
+impl Interrupter {
+    /// Stops what the current cell is doing. Harmless when nothing runs.
+    pub fn interrupt(&self) {
+        self.inner.requested.store(true, Ordering::SeqCst);
+        match &*self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Running::Nothing => {}
+            Running::Guest(h) => h.interrupt(),
+            Running::Ranks(r) => r.interrupt(),
+        }
+    }
+
+    /// Whether an interrupt came since the cell started.
+    pub fn requested(&self) -> bool {
+        self.inner.requested.load(Ordering::SeqCst)
+    }
+
+    fn flag(&self) -> &Arc<AtomicBool> {
+        &self.inner.requested
+    }
+
+    fn start_cell(&self) {
+        self.inner.requested.store(false, Ordering::SeqCst);
+    }
+
+    /// Registers what runs now; an interrupt that came before it is passed on at once.
+    fn set(&self, running: Running) {
+        let mut slot = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *slot = running;
+        if self.requested() {
+            match &*slot {
+                Running::Nothing => {}
+                Running::Guest(h) => h.interrupt(),
+                Running::Ranks(r) => r.interrupt(),
+            }
+        }
+    }
+}
+
+/// One interactive session: a runtime, its variables and kept items, loaded modules, and
+/// the cell crate it builds.
+pub struct Session {
+    runtime: Arc<Runtime>,
+    sandbox: &'static Sandbox,
+    limits: Limits,
+    shared: Shared,
+    kept: Vec<KeptItem>,
+    modules: Vec<LoadedModule>,
+    execution_count: u32,
+    work_dir: PathBuf,
+    /// Whether the session made `work_dir` (and removes it when it ends).
+    owns_work_dir: bool,
+    sdk_dir: Option<PathBuf>,
+    interrupter: Interrupter,
+    router: guests::OutputRouter,
+    /// The column shifts of the cell just built, for the locations its run prints.
+    cell_columns: Option<guests::CellColumns>,
+    /// The event sequence numbers of the last cell: `[start, end)`.
+    last_cell_events: (u64, u64),
+    /// `(function, explanation)` of the functions the last cell compiled.
+    explanations: Vec<(String, String)>,
+}
+
+impl Session {
+    /// A session with `options`.
+    pub fn new(options: SessionOptions) -> Result<Session, String> {
+        let sandbox = Sandbox::shared().map_err(|e| e.to_string())?;
+        let owns_work_dir = options.work_dir.is_none();
+        let work_dir = match options.work_dir {
+            Some(dir) => dir,
+            None => new_work_dir()?,
+        };
+        let sdk_dir = options.sdk_dir.or_else(default_sdk_dir);
+        Ok(Session {
+            runtime: Arc::new(Runtime::new(options.runtime)),
+            sandbox,
+            limits: options.limits,
+            shared: Shared::default(),
+            kept: Vec::new(),
+            modules: Vec::new(),
+            execution_count: 0,
+            work_dir,
+            owns_work_dir,
+            sdk_dir,
+            interrupter: Interrupter::default(),
+            router: guests::OutputRouter::default(),
+            cell_columns: None,
+            last_cell_events: (0, 0),
+            explanations: Vec::new(),
+        })
+    }
+
+    /// Runs one cell, reporting its outputs to `out` as they happen.
+    pub fn execute(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        self.execute_with(code, true, out)
+    }
+
+    /// [`Session::execute`], counting the cell (the Jupyter execution count) only when
+    /// `counted`: a notebook's silent cells and cells kept out of history do not take a
+    /// number. An uncounted cell is labelled with the number the next counted cell will get.
+    pub fn execute_with(
+        &mut self,
+        code: &str,
+        counted: bool,
+        out: &mut dyn FnMut(Output),
+    ) -> Outcome {
+        self.interrupter.start_cell();
+        self.execution_count += 1;
+        let outcome = self.run_cell(code, out);
+        if !counted {
+            self.execution_count -= 1;
+        }
+        outcome
+    }
+
+    fn run_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+        let first_event = self.runtime.bus().next_seq();
+        let outcome = match cell::classify(code) {
+            cell::Cell::Empty => Outcome::Ok,
+            cell::Cell::LineMagics(lines) => {
+                let mut outcome = Outcome::Ok;
+                for (name, args) in lines {
+                    outcome = self.run_magic(name, args, None, out);
+                    if outcome != Outcome::Ok {
+                        break;
+                    }
+                }
+                outcome
+            }
+            cell::Cell::CellMagic { name, args, body } => {
+                self.run_magic(name, args, Some(body), out)
+            }
+            cell::Cell::Rust(code) => match cell::stray_magic(code) {
+                Some((line, magic)) => fail(
+                    out,
+                    CellError::new(
+                        "MagicError",
+                        format!(
+                            "line {line}: `{magic}` is a magic, but this cell is Rust: put magics \
+                             in a cell of their own (or start the cell with a %% cell magic)"
+                        ),
+                    ),
+                ),
+                None => self.run_rust_cell(code, out),
+            },
+        };
+        self.interrupter.set(Running::Nothing);
+        let outcome = if self.interrupter.requested() && outcome == Outcome::Error {
+            Outcome::Interrupted
+        } else {
+            outcome
+        };
+        let last_event = self.runtime.bus().next_seq();
+        self.last_cell_events = (first_event, last_event);
+        let events = self.runtime.bus().since(first_event);
+        if !events.is_empty() {
+            let summary = Summary::from_events(&events);
+            if summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0 {
+                let html = display::summary_html(&summary, &events);
+                out(Output::Summary(
+                    MimeBundle::text(summary.to_string()).with("text/html", html),
+                ));
+            }
+        }
+        outcome
+    }
+
+    /// A handle that interrupts the running cell from another thread.
+    pub fn interrupter(&self) -> Interrupter {
+        self.interrupter.clone()
+    }
+
+    /// The session's runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The session's variables.
+    pub fn vars(&self) -> &Arc<VarStore> {
+        &self.shared.vars
+    }
+
+    /// How many cells have run (the Jupyter execution count).
+    pub fn execution_count(&self) -> u32 {
+        self.execution_count
+    }
+
+    /// The items kept from items-only cells.
+    pub fn kept_items(&self) -> &[KeptItem] {
+        &self.kept
+    }
+
+    /// The event sequence numbers `[start, end)` of the last cell.
+    pub fn last_cell_events(&self) -> (u64, u64) {
+        self.last_cell_events
+    }
+}
+
+impl Drop for Session {
+    /// Removes the session's cell crate when the session made it. The shared build of the
+    /// standard library and the SDK stays, for the next session.
+    fn drop(&mut self) {
+        if self.owns_work_dir {
+            rust_cell::build::remove_artifacts(&self.work_dir, &cell_target_dir());
+            let _ = std::fs::remove_dir_all(&self.work_dir);
+        }
+    }
+}
+
+/// Reports `error` and returns [`Outcome::Error`].
+fn fail(out: &mut dyn FnMut(Output), error: CellError) -> Outcome {
+    out(Output::Error(error));
+    Outcome::Error
+}
+
+/// The target folder every session's cell crate builds into, so the standard library and the
+/// SDK are built once per machine.
+pub(crate) fn cell_target_dir() -> PathBuf {
+    CacheDir::CellTarget.path()
+}
+
+/// A fresh folder for a session's cell crate, under the cache root.
+fn new_work_dir() -> Result<PathBuf, String> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = CacheDir::Sessions
+        .path()
+        .join(format!("{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the session folder {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The SDK of the source tree this binary was built from, if it is still there.
+fn default_sdk_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest-sdk");
+    dir.join("Cargo.toml")
+        .is_file()
+        .then(|| dir.canonicalize().unwrap_or(dir))
+}

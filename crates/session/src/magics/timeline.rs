@@ -1,0 +1,238 @@
+//! `%timeline` as text: each core's ops and collectives laid back to back by their modeled
+//! times (as the Chrome trace's device track draws them), one row per core, with a legend
+//! of the ops that take the most time. The layout and the ranking are shared with the SVG
+//! drawing ([`super::timeline_svg`]).
+
+use std::collections::BTreeMap;
+
+use neuronlab_core::device::CoreId;
+use neuronlab_core::events::fmt::duration;
+use neuronlab_core::events::{Event, EventKind};
+
+/// Columns of a row.
+pub const WIDTH: usize = 70;
+
+/// The symbols of the ops with the most modeled time, in that order; other ops are `.`.
+pub(super) const SYMBOLS: &[char] = &['A', 'B', 'C', 'D', 'E', 'F', 'G', 'H'];
+pub(super) const OTHER: char = '.';
+
+/// One op or collective on a core's modeled clock, in seconds.
+pub(super) struct Slice {
+    /// The op or collective.
+    pub(super) name: String,
+    /// When it starts, from the core's first work.
+    pub(super) start: f64,
+    /// When it ends.
+    pub(super) end: f64,
+}
+
+/// Each core's slices, by core.
+pub(super) type Lanes = BTreeMap<CoreId, Vec<Slice>>;
+
+/// One name's modeled time, in seconds, and how many slices it has.
+pub(super) struct Ranked<'a> {
+    /// The op or collective.
+    pub(super) name: &'a str,
+    /// Its total modeled time over every core.
+    pub(super) time: f64,
+    /// Its slices.
+    pub(super) count: usize,
+}
+
+/// The timeline of `events`, or `None` when none of them did device work.
+pub fn render(events: &[Event]) -> Option<String> {
+    let cores = lay_out(events);
+    let span = span(&cores);
+    if span <= 0.0 {
+        return None;
+    }
+    let ranked = rank(&cores);
+    let symbol = |name: &str| {
+        let rank = ranked.iter().position(|r| r.name == name);
+        rank.and_then(|r| SYMBOLS.get(r)).copied().unwrap_or(OTHER)
+    };
+
+    let mut text = format!(
+        "modeled device time {} (the busiest core; each column is {})\n",
+        duration(span),
+        duration(span / WIDTH as f64)
+    );
+    let label_width = cores.keys().map(|c| c.to_string().len()).max().unwrap_or(0);
+    for (core, slices) in &cores {
+        let end = slices.last().map_or(0.0, |s| s.end);
+        let row = row(slices, span, &symbol);
+        text.push_str(&format!(
+            "{:<label_width$} |{row}| {}\n",
+            core.to_string(),
+            duration(end)
+        ));
+    }
+    let all: f64 = ranked.iter().map(|r| r.time).sum();
+    for (i, r) in ranked.iter().enumerate().take(SYMBOLS.len()) {
+        text.push_str(&format!(
+            "  {} {}: {} × {} total, {:.0}%\n",
+            SYMBOLS[i],
+            r.name,
+            r.count,
+            duration(r.time),
+            100.0 * r.time / all
+        ));
+    }
+    if let Some(rest) = ranked.get(SYMBOLS.len()..).filter(|r| !r.is_empty()) {
+        let time: f64 = rest.iter().map(|r| r.time).sum();
+        text.push_str(&format!(
+            "  {OTHER} {} other ops: {} total, {:.0}%\n",
+            rest.len(),
+            duration(time),
+            100.0 * time / all
+        ));
+    }
+    Some(text.trim_end().to_string())
+}
+
+/// The end of the busiest core's work, in seconds (0 when no core did any).
+pub(super) fn span(cores: &Lanes) -> f64 {
+    cores
+        .values()
+        .filter_map(|s| s.last())
+        .map(|s| s.end)
+        .fold(0.0, f64::max)
+}
+
+/// Modeled time and count per name, the largest first (ties by name, for stable output).
+pub(super) fn rank(cores: &Lanes) -> Vec<Ranked<'_>> {
+    let mut totals: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for slice in cores.values().flatten() {
+        let total = totals.entry(&slice.name).or_default();
+        total.0 += slice.end - slice.start;
+        total.1 += 1;
+    }
+    let mut ranked: Vec<Ranked> = totals
+        .into_iter()
+        .map(|(name, (time, count))| Ranked { name, time, count })
+        .collect();
+    ranked.sort_by(|a, b| b.time.total_cmp(&a.time).then(a.name.cmp(b.name)));
+    ranked
+}
+
+/// Each core's ops (those that cost device time) and collectives, back to back from zero.
+pub(super) fn lay_out(events: &[Event]) -> Lanes {
+    let mut cores: Lanes = BTreeMap::new();
+    for event in events {
+        let (name, seconds) = match &event.kind {
+            EventKind::Op(op) if op.modeled.total_s > 0.0 => (&*op.name, op.modeled.total_s),
+            EventKind::Collective(c) if c.modeled_us > 0.0 => (c.op.as_str(), c.modeled_us * 1e-6),
+            _ => continue,
+        };
+        let slices = cores.entry(event.core).or_default();
+        let start = slices.last().map_or(0.0, |s| s.end);
+        slices.push(Slice {
+            name: name.to_string(),
+            start,
+            end: start + seconds,
+        });
+    }
+    cores
+}
+
+/// One core's row: each column shows the slice at its middle; a core whose work is too short
+/// for a column still shows its first op.
+fn row(slices: &[Slice], span: f64, symbol: &dyn Fn(&str) -> char) -> String {
+    let mut row: Vec<char> = (0..WIDTH)
+        .map(|col| {
+            let t = (col as f64 + 0.5) * span / WIDTH as f64;
+            let i = slices.partition_point(|s| s.end <= t);
+            slices.get(i).map_or(' ', |s| symbol(&s.name))
+        })
+        .collect();
+    if row[0] == ' ' {
+        if let Some(first) = slices.first() {
+            row[0] = symbol(&first.name);
+        }
+    }
+    row.into_iter().collect()
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use neuronlab_core::device::{Bound, ModeledTime};
+    use neuronlab_core::events::{CollectiveEvent, OpEvent};
+
+    /// An op of `us` modeled microseconds on `core`.
+    pub(in crate::magics) fn op(core: u32, name: &str, us: f64) -> Event {
+        Event {
+            seq: 0,
+            ts_us: 0.0,
+            core: CoreId(core),
+            kind: EventKind::Op(OpEvent {
+                name: name.to_string().into(),
+                inputs: vec![],
+                outputs: vec![],
+                flops: 0.0,
+                bytes: 0.0,
+                host_us: 1.0,
+                modeled: ModeledTime {
+                    compute_s: 0.0,
+                    memory_s: 0.0,
+                    launch_s: 0.0,
+                    total_s: us * 1e-6,
+                    bound: Bound::Compute,
+                },
+            }),
+        }
+    }
+
+    #[test]
+    fn rows_are_scaled_to_the_busiest_core() {
+        let mut events = vec![
+            op(0, "matmul", 60.0),
+            op(0, "add", 10.0),
+            op(0, "reshape", 0.0),
+        ];
+        events.push(Event {
+            seq: 0,
+            ts_us: 0.0,
+            core: CoreId(1),
+            kind: EventKind::Collective(CollectiveEvent {
+                op: "all_reduce".into(),
+                group: vec![0, 1],
+                mesh_dim: None,
+                bytes: 64,
+                host_us: 1.0,
+                modeled_us: 35.0,
+            }),
+        });
+        let text = render(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("modeled device time 70.0 µs"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[1],
+            format!("neuron:0 |{}{}| 70.0 µs", "A".repeat(60), "C".repeat(10))
+        );
+        assert_eq!(
+            lines[2],
+            format!("neuron:1 |{}{}| 35.0 µs", "B".repeat(35), " ".repeat(35))
+        );
+        assert_eq!(lines[3], "  A matmul: 1 × 60.0 µs total, 57%");
+        assert_eq!(lines[4], "  B all_reduce: 1 × 35.0 µs total, 33%");
+        assert!(render(&[op(0, "reshape", 0.0)]).is_none());
+    }
+
+    #[test]
+    fn ops_beyond_the_legend_are_dots_and_short_cores_still_show() {
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+        let mut events: Vec<Event> = names.iter().map(|n| op(0, n, 100.0)).collect();
+        events.push(op(1, "k", 0.001));
+        let text = render(&events).unwrap();
+        assert!(
+            text.contains("  . 3 other ops: 200 µs total, 20%"),
+            "{text}"
+        );
+        let row1 = text.lines().nth(2).unwrap();
+        assert!(row1.starts_with("neuron:1 |.  "), "{text}");
+    }
+}

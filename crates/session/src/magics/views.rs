@@ -1,0 +1,481 @@
+//! Magics that show what happened: `%events`, `%recompiles`, `%explain`, `%vars`, `%mem`,
+//! `%timeline`, `%trace`. They read the event bus, the variables and the memory accounting,
+//! and change nothing.
+
+use std::path::Path;
+
+use super::super::{fail, CellError, MimeBundle, Outcome, Output, Session};
+use super::table::{count, Table};
+use super::{timeline as drawing, timeline_svg, usage_error};
+use neuronlab_core::events::fmt::{bytes, duration, duration_us};
+use neuronlab_core::events::{save_chrome_trace, Event, EventKind, LimitAction, TensorSig};
+use neuronlab_sandbox::var_store::Var;
+
+/// The event kinds `%events` filters by: every tag [`EventKind::tag`] gives.
+pub const EVENT_KINDS: &[&str] = &[
+    "op",
+    "memory",
+    "compile",
+    "cache_hit",
+    "graph_break",
+    "recompile_limit",
+    "collective",
+    "guest_trap",
+    "log",
+];
+
+/// `%events [kind] [--last N]`: the last cell's events as a table.
+/// `%doc NAME`: what inspecting `NAME` shows (an op, a variable, a magic), as a page.
+pub fn doc(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let name = args.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return usage_error(out, "doc", "give one name: an op, a variable or a %magic");
+    }
+    match s.inspect(name, name.len()) {
+        Some(page) => {
+            out(Output::Page(page));
+            Outcome::Ok
+        }
+        None => fail(
+            out,
+            CellError::new(
+                "MagicError",
+                format!(
+                    "%doc: nothing is named `{name}`: not an op, a variable or a magic \
+                     (%vars lists the variables, %help the magics, `neuronlab ops` the ops)"
+                ),
+            ),
+        ),
+    }
+}
+
+/// `%events [KIND] [--last N]`: the events of the last cell, or the last N, as a table.
+pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let (kind, last) = match event_filter(args) {
+        Ok(filter) => filter,
+        Err(problem) => return usage_error(out, "events", &problem),
+    };
+    let cell = last_cell(s);
+    let mut chosen: Vec<&Event> = cell
+        .iter()
+        .filter(|e| kind.is_none_or(|k| e.kind.tag() == k))
+        .collect();
+    if chosen.is_empty() {
+        out(Output::Stdout(match kind {
+            None => "the last cell published no events\n".to_string(),
+            Some(k) => format!(
+                "the last cell published no {k} events{}\n",
+                match kind_counts(&cell) {
+                    counts if counts.is_empty() => String::new(),
+                    counts => format!("; it published {counts}"),
+                }
+            ),
+        }));
+        return Outcome::Ok;
+    }
+    let total = chosen.len();
+    chosen.drain(..total.saturating_sub(last.unwrap_or(total)));
+    let mut table = Table::new(&["seq", "kind", "core", "name", "host", "modeled", "details"])
+        .right(&[0, 4, 5]);
+    for e in &chosen {
+        table.push(event_row(e));
+    }
+    let of_kind = kind.map_or(String::new(), |k| format!(" of kind {k}"));
+    let note = match chosen.len() == total {
+        true => format!("{}{of_kind} in the last cell", count(total, "event")),
+        false => format!(
+            "the last {} of {total} events{of_kind} in the last cell",
+            chosen.len()
+        ),
+    };
+    out(Output::Display(table.bundle(&note)));
+    Outcome::Ok
+}
+
+/// The kind and `--last N` of `%events` arguments, or what is wrong with them.
+fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), String> {
+    let (mut kind, mut last) = (None, None);
+    let mut words = args.split_whitespace();
+    while let Some(word) = words.next() {
+        if let Some(rest) = word.strip_prefix("--last") {
+            let value = match rest {
+                "" => words.next(),
+                rest => rest.strip_prefix('='),
+            };
+            match value.map(str::parse::<usize>) {
+                _ if last.is_some() => return Err("--last is given twice".into()),
+                Some(Ok(n)) if n > 0 => last = Some(n),
+                _ => return Err("--last takes a number of events, 1 or more".into()),
+            }
+        } else if word.starts_with('-') {
+            return Err(format!("unknown option {word}; the option is --last N"));
+        } else if kind.is_some() {
+            return Err(format!("give one event kind, not also '{word}'"));
+        } else {
+            // `ops` is read as `op`.
+            let found = EVENT_KINDS
+                .iter()
+                .find(|k| word.strip_suffix('s').unwrap_or(word) == **k || word == **k);
+            let Some(k) = found else {
+                return Err(format!(
+                    "'{word}' is not an event kind; the kinds are {}",
+                    EVENT_KINDS.join(", ")
+                ));
+            };
+            kind = Some(*k);
+        }
+    }
+    Ok((kind, last))
+}
+
+/// The events of the last cell, oldest first.
+fn last_cell(s: &Session) -> Vec<Event> {
+    let (start, end) = s.last_cell_events;
+    let mut events = s.runtime.bus().since(start);
+    events.retain(|e| e.seq < end);
+    events
+}
+
+/// How many events of each kind: `3 op, 6 memory`.
+fn kind_counts(events: &[Event]) -> String {
+    EVENT_KINDS
+        .iter()
+        .filter_map(
+            |k| match events.iter().filter(|e| e.kind.tag() == *k).count() {
+                0 => None,
+                n => Some(format!("{n} {k}")),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `seq, kind, core, name, host, modeled, details` of one event.
+fn event_row(e: &Event) -> Vec<String> {
+    let host = e.kind.host_us().map_or(String::new(), duration_us);
+    let (name, modeled, details) = match &e.kind {
+        EventKind::Op(op) => (
+            op.name.to_string(),
+            duration(op.modeled.total_s),
+            format!(
+                "{} -> {}, {}",
+                sigs(&op.inputs),
+                sigs(&op.outputs),
+                op.modeled.bound
+            ),
+        ),
+        EventKind::Memory(m) => (
+            format!("{:?}", m.action).to_lowercase(),
+            String::new(),
+            format!(
+                "{}, in use {}, peak {}",
+                bytes(m.bytes),
+                bytes(m.in_use),
+                bytes(m.peak)
+            ),
+        ),
+        EventKind::Compile(c) => (
+            c.function.clone(),
+            String::new(),
+            format!(
+                "{}: {}; graph {}, {} -> {} nodes, {}, cache {}",
+                if c.recompile { "recompile" } else { "compile" },
+                c.reason,
+                c.graph,
+                c.nodes_before,
+                c.nodes_after,
+                count(c.fused_kernels, "kernel"),
+                c.cache
+            ),
+        ),
+        EventKind::CacheHit { function, source } => (
+            function.clone(),
+            String::new(),
+            format!("found in the {source} cache"),
+        ),
+        EventKind::GraphBreak {
+            function,
+            reason,
+            op,
+        } => (
+            function.clone(),
+            String::new(),
+            format!("at {op}: {reason}"),
+        ),
+        EventKind::RecompileLimit {
+            function,
+            limit,
+            action,
+        } => (
+            function.clone(),
+            String::new(),
+            format!(
+                "reached its limit of {limit} recompiles; later calls {}",
+                match action {
+                    LimitAction::RunEager => "run eagerly",
+                    LimitAction::Fail => "fail",
+                }
+            ),
+        ),
+        EventKind::Collective(c) => (
+            c.op.clone(),
+            duration_us(c.modeled_us),
+            format!(
+                "ranks {:?}{}, {} per rank",
+                c.group,
+                c.mesh_dim
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(" (mesh dim {d})")),
+                bytes(c.bytes)
+            ),
+        ),
+        EventKind::GuestTrap { message } => (String::new(), String::new(), message.clone()),
+        EventKind::Log {
+            level,
+            target,
+            message,
+        } => (target.clone(), String::new(), format!("{level}: {message}")),
+    };
+    vec![
+        e.seq.to_string(),
+        e.kind.tag().to_string(),
+        e.core.to_string(),
+        name,
+        host,
+        modeled,
+        details.replace('\n', " "),
+    ]
+}
+
+/// `f32[3], f32[3]`, or `()` for none.
+fn sigs(sigs: &[TensorSig]) -> String {
+    match sigs {
+        [] => "()".to_string(),
+        sigs => sigs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// `%recompiles`: every compile the session's events hold, with its reason.
+pub fn recompiles(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    if !args.is_empty() {
+        return usage_error(out, "recompiles", "takes no arguments");
+    }
+    let mut table = Table::new(&[
+        "seq", "function", "compile", "reason", "graph", "cache", "host",
+    ])
+    .right(&[0, 6]);
+    let (mut compiles, mut recompiles) = (0, 0);
+    for e in s.runtime.bus().events() {
+        if let EventKind::Compile(c) = &e.kind {
+            compiles += 1;
+            recompiles += usize::from(c.recompile);
+            table.push(vec![
+                e.seq.to_string(),
+                c.function.clone(),
+                if c.recompile { "recompile" } else { "first" }.to_string(),
+                c.reason.clone(),
+                c.graph.clone(),
+                c.cache.to_string(),
+                duration_us(c.host_compile_us),
+            ]);
+        }
+    }
+    if table.is_empty() {
+        out(Output::Stdout(
+            "nothing has compiled in this session (since its start or %reset); \
+             neuronlab::compile(...) in a cell makes a compiled function\n"
+                .to_string(),
+        ));
+        return Outcome::Ok;
+    }
+    let note = format!(
+        "{}, {} of them recompiles",
+        count(compiles, "compile"),
+        recompiles
+    );
+    out(Output::Display(table.bundle(&note)));
+    Outcome::Ok
+}
+
+/// `%explain [function]`: what the last cell's compiled functions became.
+pub fn explain(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    if words.len() > 1 {
+        return usage_error(out, "explain", "give at most one function");
+    }
+    if s.explanations.is_empty() {
+        out(Output::Stdout(
+            "the last cell compiled no functions; neuronlab::compile(...) in a cell makes one\n"
+                .to_string(),
+        ));
+        return Outcome::Ok;
+    }
+    let chosen: Vec<&str> = s
+        .explanations
+        .iter()
+        .filter(|(name, _)| words.first().is_none_or(|w| w == name))
+        .map(|(_, text)| text.trim_end())
+        .collect();
+    if chosen.is_empty() {
+        let names: Vec<&str> = s.explanations.iter().map(|(n, _)| n.as_str()).collect();
+        let problem = format!(
+            "the last cell compiled no function '{args}'; it compiled {}",
+            names.join(", ")
+        );
+        return usage_error(out, "explain", &problem);
+    }
+    out(Output::Stdout(format!("{}\n", chosen.join("\n\n"))));
+    Outcome::Ok
+}
+
+/// What `%vars` (and inspection) say of a variable that stays local to its cell.
+pub(crate) const LOCAL_NOTE: &str =
+    "(stays in its cell: only tensors, numbers, bools and strings persist)";
+
+/// `%vars`: the session's variables.
+pub fn vars(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    if !args.is_empty() {
+        return usage_error(out, "vars", "takes no arguments");
+    }
+    let vars = s.shared.vars.snapshot();
+    if vars.is_empty() {
+        out(Output::Stdout(
+            "no variables yet: a top-level `let` in a Rust cell keeps its value for later cells\n"
+                .to_string(),
+        ));
+        return Outcome::Ok;
+    }
+    let mut table =
+        Table::new(&["name", "type", "shape", "dtype", "device", "bytes", "value"]).right(&[5]);
+    let mut tensor_bytes = 0;
+    for (name, var) in &vars {
+        let none = String::new;
+        let cells: [String; 5] = match var {
+            Var::Tensor(t) => {
+                tensor_bytes += t.nbytes() as u64;
+                let (shape, dtype, device) = (format!("{:?}", t.shape()), t.dtype(), t.device());
+                [
+                    shape,
+                    dtype.to_string(),
+                    device.to_string(),
+                    bytes(t.nbytes() as u64),
+                    none(),
+                ]
+            }
+            Var::Value { text, .. } => [none(), none(), none(), none(), shorten(text)],
+            Var::Local { .. } => [none(), none(), none(), none(), LOCAL_NOTE.to_string()],
+        };
+        let mut row = vec![name.clone(), var.type_name().to_string()];
+        row.extend(cells);
+        table.push(row);
+    }
+    let note = format!(
+        "{}, {} in tensors",
+        count(vars.len(), "variable"),
+        bytes(tensor_bytes)
+    );
+    out(Output::Display(table.bundle(&note)));
+    Outcome::Ok
+}
+
+/// A value's text on one line, cut to a length a table can hold.
+fn shorten(text: &str) -> String {
+    const MAX: usize = 60;
+    let line = text.replace('\n', "\\n");
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
+/// `%mem`: HBM use of each core that has any, and the host memory cap.
+pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    if !args.is_empty() {
+        return usage_error(out, "mem", "takes no arguments");
+    }
+    let memory = s.runtime.memory();
+    let mut table = Table::new(&["core", "in use", "peak", "HBM", "used", "allocations"])
+        .right(&[1, 2, 3, 4, 5]);
+    for core in s.runtime.topology().cores() {
+        let Ok(stats) = memory.stats(core) else {
+            continue;
+        };
+        if stats.in_use == 0 && stats.peak == 0 {
+            continue;
+        }
+        table.push(vec![
+            core.to_string(),
+            bytes(stats.in_use),
+            bytes(stats.peak),
+            bytes(stats.capacity),
+            format!(
+                "{:.1}%",
+                100.0 * stats.in_use as f64 / stats.capacity.max(1) as f64
+            ),
+            stats.allocations.to_string(),
+        ]);
+    }
+    let host = format!(
+        "host: {} in use of the {} host memory cap",
+        bytes(memory.host_in_use()),
+        bytes(memory.host_limit())
+    );
+    if table.is_empty() {
+        out(Output::Stdout(format!(
+            "no core has held a tensor yet\n{host}\n"
+        )));
+    } else {
+        out(Output::Display(table.bundle(&host)));
+    }
+    Outcome::Ok
+}
+
+/// `%timeline`: the last cell's modeled device timeline, one row per core, as text and as an
+/// SVG drawing.
+pub fn timeline(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    if !args.is_empty() {
+        return usage_error(out, "timeline", "takes no arguments");
+    }
+    let events = last_cell(s);
+    match drawing::render(&events) {
+        Some(text) => {
+            let mut bundle = MimeBundle::text(text);
+            if let Some(svg) = timeline_svg::render(&events) {
+                bundle = bundle.with("image/svg+xml", svg);
+            }
+            out(Output::Display(bundle))
+        }
+        None => out(Output::Stdout(
+            "the last cell did no device work: no op or collective with a modeled time\n".into(),
+        )),
+    }
+    Outcome::Ok
+}
+
+/// `%trace save FILE`: the session's events as a Chrome trace.
+pub fn trace(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let file = match args.split_once(char::is_whitespace) {
+        Some(("save", file)) if !file.trim().is_empty() => file.trim(),
+        _ if args == "save" => return usage_error(out, "trace", "give the file to write"),
+        _ => return usage_error(out, "trace", "the only command is `save FILE`"),
+    };
+    let events = s.runtime.bus().events();
+    let path = Path::new(file);
+    if let Err(e) = save_chrome_trace(path, &events) {
+        return fail(
+            out,
+            CellError::new("MagicError", format!("%trace: cannot write {file}: {e}")),
+        );
+    }
+    let shown = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    out(Output::Stdout(format!(
+        "wrote {} to {}: open it in Perfetto (ui.perfetto.dev) or chrome://tracing\n",
+        count(events.len(), "event"),
+        shown.display()
+    )));
+    Outcome::Ok
+}

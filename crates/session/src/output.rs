@@ -1,0 +1,109 @@
+//! What executing a cell produces, front-end neutral: the REPL prints it, the Jupyter kernel
+//! turns it into messages.
+
+use std::collections::BTreeMap;
+
+use super::display::tensor_html;
+use neuronlab_core::tensor::{format_tensor, FormatOptions};
+use neuronlab_core::Tensor;
+use neuronlab_plot::Plot;
+
+/// One piece of a cell's output, in the order it happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Text the cell wrote to its stdout.
+    Stdout(String),
+    /// Text the cell wrote to its stderr (also progress notes of the session).
+    Stderr(String),
+    /// Rich output shown where it was asked for (a tensor, a table, a plot).
+    Display(MimeBundle),
+    /// Rich output with a display id: shown anew, or (`update`) replacing what the earlier
+    /// displays of that id show, so a loop can show its progress in place.
+    DisplayWithId {
+        /// The id the guest chose.
+        id: String,
+        /// What to show.
+        bundle: MimeBundle,
+        /// Whether it replaces earlier displays of the id.
+        update: bool,
+    },
+    /// Clear the cell's output now, or (`wait`) when the next output arrives.
+    ClearOutput {
+        /// Wait for the next output before clearing.
+        wait: bool,
+    },
+    /// Text for the pager (a notebook's help pane), such as `%doc`'s.
+    Page(MimeBundle),
+    /// The value of the cell's final expression.
+    Result(MimeBundle),
+    /// Why the cell failed.
+    Error(CellError),
+    /// The cell's event summary (ops, modeled time, compiles, collectives).
+    Summary(MimeBundle),
+}
+
+/// One value in several representations, keyed by MIME type (`text/plain` is always there).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MimeBundle(pub BTreeMap<String, String>);
+
+impl MimeBundle {
+    /// A bundle with only `text/plain`.
+    pub fn text(text: impl Into<String>) -> MimeBundle {
+        MimeBundle(BTreeMap::from([("text/plain".to_string(), text.into())]))
+    }
+
+    /// Adds a representation.
+    pub fn with(mut self, mime: &str, data: impl Into<String>) -> MimeBundle {
+        self.0.insert(mime.to_string(), data.into());
+        self
+    }
+
+    /// The `text/plain` representation.
+    pub fn plain(&self) -> &str {
+        self.0.get("text/plain").map_or("", String::as_str)
+    }
+
+    /// The representation for `mime`, if there is one.
+    pub fn get(&self, mime: &str) -> Option<&str> {
+        self.0.get(mime).map(String::as_str)
+    }
+
+    /// A plot: its text drawing, and SVG ([`neuronlab_plot::svg`]).
+    pub fn plot(p: &Plot) -> MimeBundle {
+        let bundle = MimeBundle::text(neuronlab_plot::text::render(p));
+        match neuronlab_plot::svg::render(p) {
+            Some(svg) => bundle.with("image/svg+xml", svg),
+            None => bundle,
+        }
+    }
+
+    /// A tensor: numpy-style text, and an HTML table with its statistics
+    /// ([`tensor_html`]).
+    pub fn tensor(t: &Tensor) -> MimeBundle {
+        MimeBundle::text(format_tensor(t, &FormatOptions::default()))
+            .with("text/html", tensor_html(t))
+    }
+}
+
+/// A failed cell, as Jupyter reports errors: a name, a value and traceback lines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellError {
+    /// The kind: `CompileError`, `GuestTrap`, `Interrupted`, `MagicError`, ...
+    pub ename: String,
+    /// The one-line message.
+    pub evalue: String,
+    /// The full report, one entry per block (compiler errors, backtrace frames).
+    pub traceback: Vec<String>,
+}
+
+impl CellError {
+    /// An error with no more detail than its message.
+    pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
+        let evalue = evalue.into();
+        CellError {
+            ename: ename.to_string(),
+            traceback: vec![evalue.clone()],
+            evalue,
+        }
+    }
+}
