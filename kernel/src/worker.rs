@@ -9,7 +9,7 @@
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
 
-use neuronlab_session::{Interrupter, Session, SessionOptions};
+use neuronlab_session::{Interrupter, Session};
 use tokio::sync::watch;
 
 use crate::handlers::{execute, history, info, introspect};
@@ -46,9 +46,7 @@ pub fn spawn(
             // However the thread ends, the kernel stops with it (a kernel that no longer
             // answers shell would hang its clients; a dead one is restarted by them).
             let _stop = StopOnExit(shutdown.clone());
-            let session = SessionOptions::from_env()
-                .map_err(|e| e.to_string())
-                .and_then(Session::new);
+            let session = Session::from_env();
             match &session {
                 Ok(s) => {
                     let _ = interrupter.set(s.interrupter());

@@ -6,8 +6,8 @@ use std::path::Path;
 use neuronlab_session::Outcome;
 
 use crate::repl::interrupt::CtrlC;
-use crate::repl::new_session;
 use crate::repl::render::{paint, style, Renderer};
+use neuronlab_session::Session;
 
 /// The line prefix that starts a cell.
 pub const MARKER: &str = "# %%";
@@ -41,7 +41,7 @@ pub fn run(path: &Path, keep_going: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let cells = split_cells(&text);
-    let mut session = new_session()?;
+    let mut session = Session::from_env()?;
     let ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
     let colour = renderer.colour();

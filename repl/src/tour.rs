@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use neuronlab_session::{Outcome, Session};
 
 use crate::repl::interrupt::CtrlC;
-use crate::repl::new_session;
 use crate::repl::render::{paint, style, Renderer};
 
 /// One step: narration, then a cell (with `{dir}` standing for the experiments folder).
@@ -104,7 +103,7 @@ pub fn run(dir: Option<&Path>) -> Result<(), String> {
              run the tour from a path without spaces"
         ));
     }
-    let mut session = new_session()?;
+    let mut session = Session::from_env()?;
     let ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
     let colour = renderer.colour();

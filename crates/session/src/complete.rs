@@ -336,6 +336,9 @@ mod tests {
             },
             limits: Limits::default(),
             work_dir: Some(work_dir),
+            world: Default::default(),
+            program_cache: None,
+            logs: Default::default(),
             sdk_dir: None,
         })
         .unwrap();

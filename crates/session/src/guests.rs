@@ -3,20 +3,18 @@
 //! outputs as it happens; their tensors stay in the session's runtime and variables.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use wasmtime::ValType;
 
+use super::launch::RunRequest;
 use super::rust_cell::build::{self, BuildFailure, UserSources};
 use super::rust_cell::codegen::{self, KeptItem, Restore};
 use super::rust_cell::parse;
 use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
 use crate::toolchain::Toolchain;
-use neuronlab_dist::{World, WorldOptions};
-use neuronlab_sandbox::spmd::{launch, RankOutputs, RankView, SpmdInterrupt, SpmdOptions};
+use neuronlab_dist::World;
 use neuronlab_sandbox::var_store::Var;
-use neuronlab_sandbox::{Guest, GuestError, GuestErrorKind, GuestModule, GuestOutput, OutputSink};
+use neuronlab_sandbox::{Guest, GuestError, GuestErrorKind, GuestModule, GuestOutput};
 
 /// A module loaded with `%load` or defined by a `%%wat` cell, with its live instance, so
 /// `%run` calls keep the instance's state.
@@ -92,7 +90,7 @@ fn user_locations(text: &str, cell: u32, columns: Option<CellColumns>) -> String
 
 /// Turns guest output into cell outputs: locations in the cell's file become `cell[N]:L:C`,
 /// and the output after a result marker is the cell's result.
-struct OutputConverter {
+pub(super) struct OutputConverter {
     cell: u32,
     columns: Option<CellColumns>,
     result_next: bool,
@@ -103,7 +101,7 @@ struct OutputConverter {
 }
 
 impl OutputConverter {
-    fn new(cell: u32, columns: Option<CellColumns>) -> OutputConverter {
+    pub(super) fn new(cell: u32, columns: Option<CellColumns>) -> OutputConverter {
         OutputConverter {
             cell,
             columns,
@@ -113,7 +111,7 @@ impl OutputConverter {
         }
     }
 
-    fn convert(&mut self, output: GuestOutput) -> Option<Output> {
+    pub(super) fn convert(&mut self, output: GuestOutput) -> Option<Output> {
         let (cell, columns) = (self.cell, self.columns);
         let rename = |text: String| user_locations(&text, cell, columns);
         Some(match output {
@@ -174,51 +172,6 @@ impl OutputConverter {
             ename: e.kind.name().to_string(),
             evalue,
             traceback: vec![e.to_string()],
-        }
-    }
-}
-
-/// Where the session's guests send their output: the current cell's channel, swapped per call.
-#[derive(Clone, Default)]
-pub(super) struct OutputRouter(Arc<Mutex<Option<mpsc::Sender<GuestOutput>>>>);
-
-impl OutputRouter {
-    /// A sink for a new guest instance.
-    pub(super) fn sink(&self) -> OutputSink {
-        let router = self.clone();
-        Box::new(move |o| {
-            if let Some(tx) = &*router.0.lock().unwrap_or_else(PoisonError::into_inner) {
-                let _ = tx.send(o);
-            }
-        })
-    }
-
-    /// Runs `call` on its own thread while this thread passes its output to `out`.
-    fn stream<R: Send>(
-        &self,
-        converter: &mut OutputConverter,
-        out: &mut dyn FnMut(Output),
-        call: impl FnOnce() -> R + Send,
-    ) -> R {
-        let (tx, rx) = mpsc::channel();
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
-        let result = std::thread::scope(|s| {
-            let worker = s.spawn(|| {
-                let r = call();
-                // Closing the channel ends the loop below once everything is delivered.
-                *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                r
-            });
-            for o in rx {
-                if let Some(o) = converter.convert(o) {
-                    out(o);
-                }
-            }
-            worker.join()
-        });
-        match result {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
@@ -560,7 +513,8 @@ impl Session {
         }
     }
 
-    /// Runs the module at `path` as `nproc` ranks on the session's runtime and variables.
+    /// `%spmd`: runs the module at `path` as `nproc` ranks on the session's runtime and
+    /// variables; a rank that fails is the cell's error.
     pub(super) fn run_spmd(
         &mut self,
         path: &Path,
@@ -568,88 +522,28 @@ impl Session {
         all_ranks: bool,
         out: &mut dyn FnMut(Output),
     ) -> Outcome {
-        let module = match self.sandbox.load_file(path) {
-            Ok(m) => m,
-            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
-        };
-        let world = match WorldOptions::from_env() {
-            Ok(w) => w,
-            Err(e) => return fail(out, CellError::new("MagicError", e.to_string())),
-        };
-        let options = SpmdOptions {
+        let request = RunRequest {
+            path,
             nproc,
-            entry: "run".into(),
-            args: vec![],
-            limits: self.limits.clone(),
-            world,
-        };
-        let interrupt = SpmdInterrupt::new();
-        self.interrupter.set(Running::Ranks(interrupt.clone()));
-        let (tx, rx) = mpsc::channel::<GuestOutput>();
-        let view = RankView {
+            entry: "run",
+            args: &[],
             all_ranks,
-            prefix: nproc > 1,
         };
-        let tx = Mutex::new(tx);
-        let outputs = Arc::new(RankOutputs::new(
-            view,
-            Box::new(move |o| {
-                let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(o);
-            }),
-        ));
-        let sink = outputs.clone();
-        let mut converter = OutputConverter::new(self.execution_count, self.cell_columns.take());
-        let (sandbox, runtime, shared) = (self.sandbox, self.runtime.clone(), self.shared.clone());
-        let results = std::thread::scope(|s| {
-            let worker = s.spawn(move || {
-                let r = launch(
-                    sandbox,
-                    &module,
-                    runtime,
-                    shared,
-                    &options,
-                    Arc::new(move |rank, o| sink.emit(rank, o)),
-                    &interrupt,
-                );
-                // Delivers partial lines, then closes the channel so the loop below ends.
-                outputs.finish();
-                drop(outputs);
-                r
-            });
-            for o in rx {
-                if let Some(o) = converter.convert(o) {
-                    out(o);
-                }
-            }
-            worker.join()
-        });
-        self.interrupter.set(Running::Nothing);
-        let results = match results {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return fail(out, CellError::new("SpmdError", e.to_string())),
-            Err(panic) => std::panic::resume_unwind(panic),
+        let report = match self.run_module(&request, out) {
+            Ok(report) => report,
+            Err(e) => return fail(out, e),
         };
-        let failures: Vec<String> = results
-            .iter()
-            .filter_map(|r| {
-                r.result
-                    .as_ref()
-                    .err()
-                    .map(|e| format!("rank {}: {e}", r.rank))
-            })
-            .collect();
-        if failures.is_empty() {
-            Outcome::Ok
-        } else {
-            let first = failures[0].clone();
-            fail(
+        let failures = report.failures();
+        match failures.first() {
+            None => Outcome::Ok,
+            Some(first) => fail(
                 out,
                 CellError {
                     ename: "SpmdError".into(),
                     evalue: format!("{} of {nproc} ranks failed; {first}", failures.len()),
                     traceback: failures,
                 },
-            )
+            ),
         }
     }
 

@@ -21,8 +21,10 @@ pub mod cell;
 pub mod complete;
 pub mod display;
 pub mod guests;
+pub mod launch;
 pub mod magics;
 pub mod output;
+mod router;
 pub mod rust_cell;
 
 use std::path::PathBuf;
@@ -34,10 +36,12 @@ pub use complete::{Completion, CompletionItem, IsComplete};
 pub use output::{CellError, MimeBundle, Output};
 
 use guests::LoadedModule;
-use neuronlab_core::events::Summary;
+use neuronlab_compile::recorder::ProgramCache;
+use neuronlab_core::events::{LogFilter, Summary};
 use neuronlab_core::paths::CacheDir;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::Runtime;
+use neuronlab_dist::WorldOptions;
 use neuronlab_sandbox::spmd::SpmdInterrupt;
 use neuronlab_sandbox::var_store::VarStore;
 use neuronlab_sandbox::{InterruptHandle, Limits, Sandbox, Shared};
@@ -62,8 +66,15 @@ pub const CELL_DEADLINE_ENV: &str = "NEURONLAB_CELL_DEADLINE";
 pub struct SessionOptions {
     /// The simulated instance and the host memory cap.
     pub runtime: RuntimeOptions,
-    /// Each guest's sandbox limits (the deadline is per cell).
+    /// Each guest's sandbox limits (the deadline is per cell, or per `neuronlab run`).
     pub limits: Limits,
+    /// How ranks meet in collectives (the collective timeout).
+    pub world: WorldOptions,
+    /// The folder of the on-disk program cache, so a compile of an earlier session or run is
+    /// loaded instead of redone; `None` keeps programs in memory only.
+    pub program_cache: Option<PathBuf>,
+    /// The `NEURONLAB_LOGS` topics printed (to the cell's stderr) as their events happen.
+    pub logs: LogFilter,
     /// Where the session's cell crate is built. Default: a new folder under the cache root.
     pub work_dir: Option<PathBuf>,
     /// The guest SDK folder. Default: `NEURONLAB_SDK`, else the SDK of the source tree this
@@ -72,23 +83,42 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// Options from the environment (the runtime's variables, `NEURONLAB_CELL_DEADLINE`,
-    /// `NEURONLAB_SDK`), with a 10-minute cell deadline by default: interactive cells are
-    /// stopped with an interrupt, the deadline only catches what nobody is watching.
+    /// A session on `runtime` with `limits`, on its own: programs in memory only, no logs,
+    /// the default collective timeout.
+    pub fn new(runtime: RuntimeOptions, limits: Limits) -> SessionOptions {
+        SessionOptions {
+            runtime,
+            limits,
+            world: WorldOptions::default(),
+            program_cache: None,
+            logs: LogFilter::default(),
+            work_dir: None,
+            sdk_dir: None,
+        }
+    }
+
+    /// Options from the environment, as every front end starts: the runtime's variables,
+    /// `NEURONLAB_CELL_DEADLINE`, `NEURONLAB_COLLECTIVE_TIMEOUT`, `NEURONLAB_LOGS`,
+    /// `NEURONLAB_SDK`, and the program cache under the cache root. The cell deadline is 10
+    /// minutes by default: interactive cells are stopped with an interrupt, the deadline
+    /// only catches what nobody is watching.
     pub fn from_env() -> neuronlab_core::Result<SessionOptions> {
+        let invalid = neuronlab_core::Error::Invalid;
         let deadline = match std::env::var(CELL_DEADLINE_ENV) {
             Ok(text) => neuronlab_dist::comm::parse_timeout(&text)
-                .map_err(|e| neuronlab_core::Error::Invalid(format!("{CELL_DEADLINE_ENV}: {e}")))?,
+                .map_err(|e| invalid(format!("{CELL_DEADLINE_ENV}: {e}")))?,
             Err(_) => Duration::from_secs(600),
         };
+        let limits = Limits {
+            deadline,
+            ..Limits::default()
+        };
         Ok(SessionOptions {
-            runtime: RuntimeOptions::from_env()?,
-            limits: Limits {
-                deadline,
-                ..Limits::default()
-            },
-            work_dir: None,
+            world: WorldOptions::from_env()?,
+            program_cache: Some(CacheDir::Programs.path()),
+            logs: LogFilter::from_env().map_err(invalid)?,
             sdk_dir: std::env::var_os("NEURONLAB_SDK").map(PathBuf::from),
+            ..SessionOptions::new(RuntimeOptions::from_env()?, limits)
         })
     }
 }
@@ -169,6 +199,8 @@ pub struct Session {
     runtime: Arc<Runtime>,
     sandbox: &'static Sandbox,
     limits: Limits,
+    world: WorldOptions,
+    logs: LogFilter,
     shared: Shared,
     kept: Vec<KeptItem>,
     modules: Vec<LoadedModule>,
@@ -178,7 +210,7 @@ pub struct Session {
     owns_work_dir: bool,
     sdk_dir: Option<PathBuf>,
     interrupter: Interrupter,
-    router: guests::OutputRouter,
+    router: router::OutputRouter,
     /// The column shifts of the cell just built, for the locations its run prints.
     cell_columns: Option<guests::CellColumns>,
     /// The event sequence numbers of the last cell: `[start, end)`.
@@ -188,6 +220,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session as every front end starts one: [`SessionOptions::from_env`].
+    pub fn from_env() -> Result<Session, String> {
+        Session::new(SessionOptions::from_env().map_err(|e| e.to_string())?)
+    }
+
     /// A session with `options`.
     pub fn new(options: SessionOptions) -> Result<Session, String> {
         let sandbox = Sandbox::shared().map_err(|e| e.to_string())?;
@@ -197,11 +234,18 @@ impl Session {
             None => new_work_dir()?,
         };
         let sdk_dir = options.sdk_dir.or_else(default_sdk_dir);
+        let router = router::OutputRouter::default();
+        let shared = Shared {
+            vars: Arc::default(),
+            programs: Arc::new(ProgramCache::with_disk_dir(options.program_cache)),
+        };
         Ok(Session {
-            runtime: Arc::new(Runtime::new(options.runtime)),
+            runtime: new_runtime(options.runtime, &options.logs, &router),
             sandbox,
             limits: options.limits,
-            shared: Shared::default(),
+            world: options.world,
+            logs: options.logs,
+            shared,
             kept: Vec::new(),
             modules: Vec::new(),
             execution_count: 0,
@@ -209,7 +253,7 @@ impl Session {
             owns_work_dir,
             sdk_dir,
             interrupter: Interrupter::default(),
-            router: guests::OutputRouter::default(),
+            router,
             cell_columns: None,
             last_cell_events: (0, 0),
             explanations: Vec::new(),
@@ -276,6 +320,7 @@ impl Session {
         } else {
             outcome
         };
+        self.router.flush_logs(out);
         let last_event = self.runtime.bus().next_seq();
         self.last_cell_events = (first_event, last_event);
         let events = self.runtime.bus().since(first_event);
@@ -331,6 +376,24 @@ impl Drop for Session {
             let _ = std::fs::remove_dir_all(&self.work_dir);
         }
     }
+}
+
+/// A runtime with `options` whose events `logs` selects become log lines of the running cell.
+fn new_runtime(
+    options: RuntimeOptions,
+    logs: &LogFilter,
+    router: &router::OutputRouter,
+) -> Arc<Runtime> {
+    let runtime = Runtime::new(options);
+    if !logs.is_empty() {
+        let (logs, router) = (logs.clone(), router.clone());
+        runtime.bus().subscribe(Box::new(move |event| {
+            if let Some(line) = logs.line(event) {
+                router.log(line);
+            }
+        }));
+    }
+    Arc::new(runtime)
 }
 
 /// Reports `error` and returns [`Outcome::Error`].

@@ -18,6 +18,9 @@ fn rust_cells_name_the_fix_and_wasm_still_runs() {
         },
         limits: Limits::default(),
         work_dir: Some(work.clone()),
+        world: Default::default(),
+        program_cache: None,
+        logs: Default::default(),
         sdk_dir: None,
     })
     .unwrap();

@@ -10,12 +10,18 @@
 use std::time::Duration;
 
 use neuronlab_core::device::topology::Topology;
+use neuronlab_core::events::{CacheSource, EventKind};
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_sandbox::var_store::Var;
 use neuronlab_sandbox::Limits;
 use neuronlab_session::{Outcome, Output, Session, SessionOptions};
 
 fn session() -> (Session, tempdir::Dir) {
+    session_with_programs(None)
+}
+
+/// A session whose compiled programs are also kept on disk, in `programs`.
+fn session_with_programs(programs: Option<&std::path::Path>) -> (Session, tempdir::Dir) {
     let dir = tempdir::Dir::new();
     let s = Session::new(SessionOptions {
         runtime: RuntimeOptions {
@@ -28,6 +34,9 @@ fn session() -> (Session, tempdir::Dir) {
             ..Limits::default()
         },
         work_dir: Some(dir.path().to_path_buf()),
+        world: Default::default(),
+        program_cache: programs.map(|p| p.to_path_buf()),
+        logs: Default::default(),
         sdk_dir: None,
     })
     .unwrap();
@@ -351,5 +360,49 @@ fn plots_display_ids_and_clear_output_reach_the_front_end() {
     assert!(
         error(&outputs).1.contains("display id must be"),
         "{outputs:?}"
+    );
+}
+
+/// Where each compile of the cells found its program: fresh, from memory or from disk.
+fn compile_sources(s: &Session, since: u64) -> Vec<CacheSource> {
+    s.runtime()
+        .bus()
+        .since(since)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Compile(c) => Some(c.cache),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_session_loads_a_compiled_function_from_the_disk_cache() {
+    let programs = tempdir::Dir::new();
+    let define = "fn mlp(x: &[Tensor]) -> neuronlab::Result<Vec<Tensor>> {\n    \
+                  Ok(vec![x[0].matmul(&x[1])?.gelu()?])\n}";
+    let call = "let mlp = compile(\"mlp\", mlp)?;\n\
+                let y = mlp.call1(&[&ones(&[8, 64])?, &full(&[64, 32], 0.5)?])?;\n\
+                y.sum()?.item::<f32>()?";
+    let mut values = Vec::new();
+    let mut sources = Vec::new();
+    for _ in 0..2 {
+        let (mut s, _work) = session_with_programs(Some(programs.path()));
+        let since = s.runtime().bus().next_seq();
+        ok(&mut s, define);
+        values.push(result(&ok(&mut s, call)));
+        sources.push(compile_sources(&s, since));
+    }
+    assert_eq!(values[0], values[1], "the loaded program computes the same");
+    assert!(values[0].is_some());
+    assert_eq!(
+        sources[0],
+        [CacheSource::Miss],
+        "the first session compiles"
+    );
+    assert_eq!(
+        sources[1],
+        [CacheSource::Disk],
+        "the second session, a new process's worth of state, loads it from disk"
     );
 }

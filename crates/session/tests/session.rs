@@ -45,6 +45,9 @@ fn session_with(deadline: Duration) -> Session {
             ..Limits::default()
         },
         work_dir: Some(scratch("work")),
+        world: Default::default(),
+        program_cache: None,
+        logs: Default::default(),
         sdk_dir: None,
     })
     .unwrap()

@@ -18,7 +18,7 @@ use neuronlab_core::events::fmt::{bytes, duration};
 use neuronlab_core::paths::CacheDir;
 use neuronlab_sandbox::Sandbox;
 use neuronlab_session::toolchain::{Toolchain, TARGET};
-use neuronlab_session::{Outcome, Output, Session, SessionOptions};
+use neuronlab_session::{Outcome, Output, Session};
 
 use super::median;
 
@@ -238,8 +238,7 @@ fn print_stats(r: &Row) {
 
 /// Measures every case and prints the table.
 pub fn run() -> Result<(), String> {
-    let options = SessionOptions::from_env().map_err(|e| e.to_string())?;
-    let mut s = Session::new(options)?;
+    let mut s = Session::from_env()?;
     // Constants (i32, as Rust infers `let a = N`) that no recent run of the benchmark used,
     // so no edited cell is a cache hit by accident.
     let salt = SystemTime::now()
@@ -250,7 +249,7 @@ pub fn run() -> Result<(), String> {
     println!("{NAME}");
     println!(
         "  wall time of Session::execute for one cell, outputs to a callback that keeps only \
-         errors; one session (SessionOptions::from_env).\n  \
+         errors; one session (Session::from_env).\n  \
          median, min, max over the iterations after one warm-up cell.\n  \
          Rust: each cell has a new constant N, so the cell crate really rebuilds (parse, \
          generate, cargo build for wasm32), then its module is\n  \

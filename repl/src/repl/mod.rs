@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use neuronlab_core::paths::DataFile;
-use neuronlab_session::{Session, SessionOptions};
+use neuronlab_session::Session;
 use rustyline::config::{ColorMode, CompletionType, Config};
 use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
@@ -24,12 +24,6 @@ use editor::{lock, EnterHandler, ReplHelper};
 use interrupt::CtrlC;
 use render::{paint, style, Renderer};
 
-/// A new session from the environment's settings.
-pub fn new_session() -> Result<Session, String> {
-    let options = SessionOptions::from_env().map_err(|e| e.to_string())?;
-    Session::new(options)
-}
-
 /// The history file: `$XDG_DATA_HOME/neuronlab/history`, else
 /// `~/.local/share/neuronlab/history`; `None` when neither base is known.
 pub fn history_path() -> Option<PathBuf> {
@@ -38,7 +32,7 @@ pub fn history_path() -> Option<PathBuf> {
 
 /// Runs the REPL until Ctrl-D.
 pub fn run() -> Result<(), String> {
-    let session = new_session()?;
+    let session = Session::from_env()?;
     let ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
     let colour = renderer.colour();

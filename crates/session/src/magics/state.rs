@@ -1,9 +1,8 @@
 //! Magics that change the session: `%reset`, `%device`, `%cache`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use super::super::{fail, CellError, Outcome, Output, Session};
+use super::super::{fail, new_runtime, CellError, Outcome, Output, Session};
 use super::table::{count, Table};
 use super::usage_error;
 use neuronlab_core::device::figures::INSTANCES;
@@ -11,7 +10,6 @@ use neuronlab_core::device::Topology;
 use neuronlab_core::events::fmt::bytes;
 use neuronlab_core::paths::{cache_root, CacheDir};
 use neuronlab_core::runtime::RuntimeOptions;
-use neuronlab_core::Runtime;
 
 /// The on-disk caches `%cache` manages. The root also holds the sessions' cell builds, which
 /// `%cache` leaves alone.
@@ -152,10 +150,14 @@ pub fn device(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
     s.shared.vars.clear();
     s.explanations.clear();
     let host_limit = s.runtime.memory().host_limit();
-    s.runtime = Arc::new(Runtime::new(RuntimeOptions {
-        topology,
-        host_limit,
-    }));
+    s.runtime = new_runtime(
+        RuntimeOptions {
+            topology,
+            host_limit,
+        },
+        &s.logs,
+        &s.router,
+    );
     out(Output::Stdout(format!(
         "switched to {}\ndropped {} and {}: their tensors lived on the old device (kept items \
          stay)\n",

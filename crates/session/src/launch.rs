@@ -1,0 +1,120 @@
+//! Running a module as ranks, one thread and one core each: what `%spmd` and `neuronlab run`
+//! both do, on the session's runtime, variables and compiled programs.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use neuronlab_sandbox::spmd::{
+    launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
+};
+use neuronlab_sandbox::ModuleSource;
+
+use super::guests::OutputConverter;
+use super::{CellError, Output, Running, Session};
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunRequest<'a> {
+    /// The module: `.wasm` or `.wat`.
+    pub path: &'a Path,
+    /// How many ranks.
+    pub nproc: u32,
+    /// The export every rank calls.
+    pub entry: &'a str,
+    /// Its arguments, as text (numbers for the export's parameters).
+    pub args: &'a [String],
+    /// Show every rank's output, not only rank 0's.
+    pub all_ranks: bool,
+}
+
+/// How a run went: the module it loaded and every rank's result, in rank order.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The module's name.
+    pub module: String,
+    /// Whether it was compiled now or came from the module cache.
+    pub source: ModuleSource,
+    /// How long loading it took.
+    pub load_time: Duration,
+    /// Every rank's result.
+    pub ranks: Vec<RankResult>,
+}
+
+impl RunReport {
+    /// The ranks that failed, as `rank N: message` lines.
+    pub fn failures(&self) -> Vec<String> {
+        self.ranks
+            .iter()
+            .filter_map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("rank {}: {e}", r.rank))
+            })
+            .collect()
+    }
+}
+
+impl Session {
+    /// Loads the module at `request.path` and runs it as `request.nproc` ranks, streaming
+    /// their output (prefixed with the rank when there are several) and the log lines
+    /// published meanwhile to `out`. An error is a module that does not load or a world that
+    /// cannot start; a rank that fails is in the report.
+    pub fn run_module(
+        &mut self,
+        request: &RunRequest<'_>,
+        out: &mut dyn FnMut(Output),
+    ) -> Result<RunReport, CellError> {
+        let module = self
+            .sandbox
+            .load_file(request.path)
+            .map_err(|e| CellError::new(e.kind.name(), e.message))?;
+        let options = SpmdOptions {
+            nproc: request.nproc,
+            entry: request.entry.to_string(),
+            args: request.args.to_vec(),
+            limits: self.limits.clone(),
+            world: self.world.clone(),
+        };
+        let view = RankView {
+            all_ranks: request.all_ranks,
+            prefix: request.nproc > 1,
+        };
+        let sink = Mutex::new(self.router.sink());
+        let outputs = Arc::new(RankOutputs::new(
+            view,
+            Box::new(move |o| {
+                let mut sink = sink.lock().unwrap_or_else(PoisonError::into_inner);
+                (*sink)(o)
+            }),
+        ));
+        let interrupt = SpmdInterrupt::new();
+        self.interrupter.set(Running::Ranks(interrupt.clone()));
+        let mut converter = OutputConverter::new(self.execution_count, self.cell_columns.take());
+        let (sandbox, runtime, shared) = (self.sandbox, self.runtime.clone(), self.shared.clone());
+        let ranks = self.router.stream(&mut converter, out, || {
+            let emit = outputs.clone();
+            let ranks = launch(
+                sandbox,
+                &module,
+                runtime,
+                shared,
+                &options,
+                Arc::new(move |rank, o| emit.emit(rank, o)),
+                &interrupt,
+            );
+            // Partial last lines go out before the stream ends.
+            outputs.finish();
+            ranks
+        });
+        self.interrupter.set(Running::Nothing);
+        let ranks = ranks.map_err(|e| CellError::new("SpmdError", e.to_string()))?;
+        Ok(RunReport {
+            module: module.name.clone(),
+            source: module.source.clone(),
+            load_time: module.load_time,
+            ranks,
+        })
+    }
+}
