@@ -12,7 +12,7 @@ use super::Output;
 
 /// One item on the way to the front end.
 enum Routed {
-    Guest(GuestOutput),
+    Guest(Box<GuestOutput>),
     Log(String),
 }
 
@@ -38,7 +38,7 @@ impl OutputRouter {
         let router = self.clone();
         Box::new(move |o| {
             if let Some(tx) = &router.state().tx {
-                let _ = tx.send(Routed::Guest(o));
+                let _ = tx.send(Routed::Guest(Box::new(o)));
             }
         })
     }
@@ -85,7 +85,7 @@ impl OutputRouter {
             for routed in rx {
                 match routed {
                     Routed::Guest(o) => {
-                        if let Some(o) = converter.convert(o) {
+                        if let Some(o) = converter.convert(*o) {
                             out(o);
                         }
                     }
