@@ -12,7 +12,7 @@ use super::fused::Fused;
 use super::graph::{value_list, Graph, Producer, ValueId};
 use super::passes::buffers::{self, KernelIo};
 use super::passes::{
-    cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, KernelPlan, Users,
+    cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, KernelPlan, Pass, Users,
 };
 use neuronlab_core::device::CoreId;
 use neuronlab_core::events::fmt;
@@ -28,19 +28,6 @@ pub struct PassReport {
     /// Nodes after the pass. After the fusion passes a fused kernel counts as one node.
     pub nodes: usize,
 }
-
-/// The passes [`optimize`] reports, in the order it runs them, as [`PassReport::name`] gives
-/// them.
-pub(crate) const PASS_NAMES: [&str; 8] = [
-    "shape and dtype inference",
-    "dead code",
-    "common subexpressions",
-    "constant folding",
-    "elementwise fusion",
-    "matmul epilogues",
-    "reduction fusion",
-    "buffer reuse",
-];
 
 /// What [`optimize`] did to a graph.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,33 +92,36 @@ pub struct Program {
 pub fn optimize(rt: &Runtime, graph: &Graph) -> Result<(Program, CompileReport)> {
     let started = Instant::now();
     infer::run(graph)?;
-    let mut passes = Vec::with_capacity(PASS_NAMES.len());
-    let mut note = |name, nodes| {
+    let mut passes = Vec::with_capacity(Pass::ALL.len());
+    let mut note = |pass: Pass, nodes| {
         debug_assert_eq!(
-            name,
-            PASS_NAMES[passes.len()],
-            "PASS_NAMES lists the passes"
+            pass,
+            Pass::ALL[passes.len()],
+            "Pass::ALL lists the passes in order"
         );
-        passes.push(PassReport { name, nodes });
+        passes.push(PassReport {
+            name: pass.name(),
+            nodes,
+        });
     };
-    note("shape and dtype inference", graph.nodes.len());
+    note(Pass::Infer, graph.nodes.len());
     let g = dce::run(graph);
-    note("dead code", g.nodes.len());
+    note(Pass::DeadCode, g.nodes.len());
     let g = cse::run(&g);
-    note("common subexpressions", g.nodes.len());
+    note(Pass::CommonSubexpressions, g.nodes.len());
     let g = fold::run(rt, &g)?;
-    note("constant folding", g.nodes.len());
+    note(Pass::ConstantFolding, g.nodes.len());
 
     let mut fusion = Fusion::new(&g);
     elementwise::run(&mut fusion);
-    note("elementwise fusion", fusion.kernel_count());
+    note(Pass::ElementwiseFusion, fusion.kernel_count());
     matmul::run(&mut fusion);
-    note("matmul epilogues", fusion.kernel_count());
+    note(Pass::MatmulEpilogues, fusion.kernel_count());
     reduction::run(&mut fusion);
-    note("reduction fusion", fusion.kernel_count());
+    note(Pass::ReductionFusion, fusion.kernel_count());
     let plans = fusion.into_plans();
-    // Each plan lowers to one kernel.
-    note("buffer reuse", plans.len());
+    // Each plan lowers to one kernel; `from_parts` plans their buffers.
+    note(Pass::BufferReuse, plans.len());
 
     let mut program = Program::from_parts(graph.clone(), g, plans, passes, 0.0);
     program.report.host_compile_us = started.elapsed().as_secs_f64() * 1e6;

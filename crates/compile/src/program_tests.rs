@@ -413,6 +413,12 @@ fn explain_shows_both_graphs_the_passes_and_the_kernels() {
     assert_eq!(report.nodes_before, 6);
     assert_eq!(report.kernels, ["fused[matmul,add,gelu]", "softmax"]);
     assert_eq!(report.fused_kernels(), 1);
+    let ran: Vec<&str> = report.passes.iter().map(|p| p.name).collect();
+    let table: Vec<&str> = crate::passes::Pass::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(
+        ran, table,
+        "optimize runs the passes of the table, in its order"
+    );
     let text = program.explain();
     for needle in [
         "graph before passes (6 nodes):",

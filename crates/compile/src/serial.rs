@@ -26,8 +26,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::graph::{Graph, Node, Producer, ValueId};
+use super::passes::Pass;
 use super::passes::{def_of, infer, producer_node, Group, KernelPlan, Users};
-use super::program::{PassReport, Program, PASS_NAMES};
+use super::program::{PassReport, Program};
 use neuronlab_core::device::CoreId;
 use neuronlab_core::ops::attrs::{AttrValue, Attrs, ResolvedAttrs};
 use neuronlab_core::ops::registry::MetaArgs;
@@ -47,7 +48,7 @@ struct ProgramRepr {
     before: GraphRepr,
     graph: GraphRepr,
     kernels: Vec<PlanRepr>,
-    /// Nodes after each pass, in the order of [`PASS_NAMES`].
+    /// Nodes after each pass, in the order of [`Pass::ALL`].
     passes: Vec<usize>,
     /// The bits of the measured compile time in microseconds, an `f64` (JSON numbers do not
     /// always read back to the same `f64`).
@@ -178,17 +179,20 @@ pub(crate) fn decode(payload: &[u8]) -> Result<Program, String> {
             constants.0.len()
         ));
     }
-    if repr.passes.len() != PASS_NAMES.len() {
+    if repr.passes.len() != Pass::ALL.len() {
         return Err(format!(
             "the report has {} passes, the compiler runs {}",
             repr.passes.len(),
-            PASS_NAMES.len()
+            Pass::ALL.len()
         ));
     }
-    let passes = PASS_NAMES
+    let passes = Pass::ALL
         .iter()
         .zip(repr.passes)
-        .map(|(&name, nodes)| PassReport { name, nodes })
+        .map(|(pass, nodes)| PassReport {
+            name: pass.name(),
+            nodes,
+        })
         .collect();
     let host_compile_us = f64::from_bits(repr.host_compile_us);
     if !(host_compile_us.is_finite() && host_compile_us >= 0.0) {

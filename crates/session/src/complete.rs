@@ -11,10 +11,9 @@
 mod syntax;
 
 use super::cell::{self, Cell};
-use super::magics::views::{EVENT_KINDS, LOCAL_NOTE};
+use super::magics::views::LOCAL_NOTE;
 use super::magics::{self, MagicKind, MAGICS};
 use super::{MimeBundle, Session};
-use neuronlab_core::device::figures::INSTANCES;
 use neuronlab_core::ops::{OpDef, Registry};
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_sandbox::var_store::Var;
@@ -173,61 +172,24 @@ impl Session {
             .collect()
     }
 
-    /// The arguments of the magic on `line` (from its `%`) that start with `word`.
+    /// The arguments of the magic on `line` (from its `%`) that start with `word`, as its
+    /// table entry's completer offers them.
     fn magic_arguments(&self, line: &str, word: &str) -> Vec<CompletionItem> {
         let mut words = line.trim_start_matches('%').split_whitespace();
         let name = words.next().unwrap_or("");
         // Arguments before the one being written.
         let position = words.count() - usize::from(!word.is_empty());
-        let item = |text: String, detail: String| CompletionItem {
-            text,
-            kind: "argument",
-            detail,
+        let Some(complete) = magics::find(name).and_then(|m| m.complete) else {
+            return Vec::new();
         };
-        let candidates: Vec<CompletionItem> = match (name, position) {
-            ("events", _) => EVENT_KINDS
-                .iter()
-                .map(|k| item(k.to_string(), "event kind".into()))
-                .chain([item("--last".into(), "the last N events".into())])
-                .collect(),
-            ("cache", 0) => [("ls", "list the caches"), ("clear", "empty the caches")]
-                .map(|(t, d)| item(t.into(), d.into()))
-                .into(),
-            ("device", _) => INSTANCES
-                .iter()
-                .map(|i| {
-                    item(
-                        i.name.into(),
-                        format!("{} x {}", i.chips, i.chip.generation),
-                    )
-                })
-                .chain([item(
-                    "--lnc".into(),
-                    "logical NeuronCore configuration".into(),
-                )])
-                .collect(),
-            ("help", 0) => MAGICS
-                .iter()
-                .map(|m| item(m.name.into(), m.usage.into()))
-                .collect(),
-            ("trace", 0) => vec![item("save".into(), "save FILE.json".into())],
-            ("run", 0) => self
-                .loaded_modules()
-                .flat_map(|m| {
-                    m.exports.iter().map(|(export, params)| {
-                        let params: Vec<String> = params.iter().map(ToString::to_string).collect();
-                        item(
-                            format!("{}.{export}", m.name),
-                            format!("({})", params.join(", ")),
-                        )
-                    })
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        candidates
+        complete(self, position)
             .into_iter()
-            .filter(|c| c.text.starts_with(word))
+            .filter(|a| a.text.starts_with(word))
+            .map(|a| CompletionItem {
+                text: a.text,
+                kind: "argument",
+                detail: a.detail,
+            })
             .collect()
     }
 }
@@ -239,7 +201,7 @@ fn magic_names(word: &str) -> Vec<CompletionItem> {
     MAGICS
         .iter()
         .filter(|m| m.name.starts_with(name))
-        .filter(|m| match m.kind {
+        .filter(|m| match m.kind() {
             MagicKind::Line => !cell,
             MagicKind::Cell => cell,
             MagicKind::Both => true,

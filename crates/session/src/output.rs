@@ -97,6 +97,40 @@ pub struct CellError {
 }
 
 impl CellError {
+    /// The line front ends show first: `ename: evalue`, or the name alone.
+    pub fn head(&self) -> String {
+        if self.evalue.is_empty() {
+            self.ename.clone()
+        } else {
+            format!("{}: {}", self.ename, self.evalue)
+        }
+    }
+
+    /// What front ends show under the [`head`](CellError::head), block by block: each
+    /// traceback block without the lines that repeat the message, and no block that adds
+    /// nothing. The REPL and the Jupyter kernel both render exactly these.
+    pub fn details(&self) -> Vec<String> {
+        let head = self.head();
+        let message = self.evalue.trim_end();
+        self.traceback
+            .iter()
+            .filter_map(|block| {
+                let block = block.trim_end();
+                let rest = [head.as_str(), message]
+                    .into_iter()
+                    .filter(|m| !m.is_empty())
+                    .find_map(|m| match block.strip_prefix(m) {
+                        Some("") => Some(""),
+                        Some(rest) => rest.strip_prefix('\n'),
+                        None => None,
+                    })
+                    .unwrap_or(block);
+                let rest = rest.trim_start_matches('\n');
+                (!rest.is_empty()).then(|| rest.to_string())
+            })
+            .collect()
+    }
+
     /// An error with no more detail than its message.
     pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
         let evalue = evalue.into();
@@ -105,5 +139,38 @@ impl CellError {
             traceback: vec![evalue.clone()],
             evalue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_drop_what_repeats_the_message_even_over_several_lines() {
+        let usage = CellError::new(
+            "MagicError",
+            "%load: give the module's file\nusage: %load FILE",
+        );
+        assert_eq!(
+            usage.head(),
+            "MagicError: %load: give the module's file\nusage: %load FILE"
+        );
+        assert!(usage.details().is_empty(), "{:?}", usage.details());
+
+        let trap = CellError {
+            ename: "GuestTrap".into(),
+            evalue: "the guest aborted".into(),
+            traceback: vec!["GuestTrap: the guest aborted\nwasm backtrace:\n   0: f".into()],
+        };
+        assert_eq!(trap.details(), ["wasm backtrace:\n   0: f"]);
+
+        // A block that only starts with the message's words keeps its whole first line.
+        let partial = CellError {
+            ename: "BuildError".into(),
+            evalue: "x".into(),
+            traceback: vec!["x is not found\nhelp: define it".into()],
+        };
+        assert_eq!(partial.details(), ["x is not found\nhelp: define it"]);
     }
 }

@@ -258,30 +258,12 @@ fn error_reply(error: &CellError, count: u32) -> ExecuteReply {
     }
 }
 
-/// The traceback lines front ends show (they show the traceback instead of the name and
-/// value when it has lines): `ename: evalue` in bold red, then each block of the session's
-/// traceback that says more than the message, as the REPL prints them.
+/// The traceback lines Jupyter front ends show (instead of the name and value when it has
+/// lines): the error's head in bold red, then its details, as [`CellError`] shapes them.
 pub fn traceback(error: &CellError) -> Vec<String> {
-    let head = if error.evalue.is_empty() {
-        error.ename.clone()
-    } else {
-        format!("{}: {}", error.ename, error.evalue)
-    };
-    let mut lines = vec![format!("\x1b[1;31m{head}\x1b[0m")];
-    for block in &error.traceback {
-        let mut block_lines = block.trim_end().lines().peekable();
-        if block_lines
-            .peek()
-            .is_some_and(|first| *first == head || *first == error.evalue.trim_end())
-        {
-            block_lines.next();
-        }
-        let rest: Vec<&str> = block_lines.collect();
-        if !rest.is_empty() {
-            lines.push(rest.join("\n"));
-        }
-    }
-    lines
+    std::iter::once(format!("\x1b[1;31m{}\x1b[0m", error.head()))
+        .chain(error.details())
+        .collect()
 }
 
 #[cfg(test)]

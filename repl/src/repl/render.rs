@@ -186,27 +186,14 @@ fn with_newline(text: &str) -> String {
     }
 }
 
-/// An error as the terminal shows it: `ename: evalue` in bold red, then the traceback blocks
-/// that say more than the message.
+/// An error as the terminal shows it: its head in bold red, then its details in red, as
+/// [`CellError`] shapes them.
 pub fn error_text(error: &CellError, colour: bool) -> String {
-    let head = if error.evalue.is_empty() {
-        error.ename.clone()
-    } else {
-        format!("{}: {}", error.ename, error.evalue)
-    };
-    let mut text = paint(colour, style::BOLD_RED, &head);
+    let mut text = paint(colour, style::BOLD_RED, &error.head());
     text.push('\n');
-    for block in &error.traceback {
-        // A block that opens with the message itself only adds what follows it.
-        let block = block.trim_end();
-        let rest = [head.as_str(), error.evalue.trim_end()]
-            .iter()
-            .find_map(|m| block.strip_prefix(m))
-            .unwrap_or(block);
-        for line in rest.trim_start_matches('\n').lines() {
-            text.push_str(&paint(colour, style::RED, line));
-            text.push('\n');
-        }
+    for line in error.details().iter().flat_map(|block| block.lines()) {
+        text.push_str(&paint(colour, style::RED, line));
+        text.push('\n');
     }
     text
 }

@@ -25,6 +25,44 @@ pub mod matmul;
 pub mod reduction;
 
 use super::graph::{Graph, Node, Producer, ValueId};
+
+/// Declares [`Pass`] from one list of `Variant => "name"` rows, in the order
+/// [`crate::program::optimize`] runs them, so the passes and their names are written once.
+macro_rules! passes {
+    ($($variant:ident => $name:literal,)*) => {
+        /// One optimization pass, as reports, `explain` and the disk cache name it.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Pass {
+            $(
+                #[doc = $name]
+                $variant,
+            )*
+        }
+
+        impl Pass {
+            /// Every pass, in the order `optimize` runs them.
+            pub const ALL: &'static [Pass] = &[$(Pass::$variant),*];
+
+            /// The pass's name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Pass::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+passes! {
+    Infer => "shape and dtype inference",
+    DeadCode => "dead code",
+    CommonSubexpressions => "common subexpressions",
+    ConstantFolding => "constant folding",
+    ElementwiseFusion => "elementwise fusion",
+    MatmulEpilogues => "matmul epilogues",
+    ReductionFusion => "reduction fusion",
+    BufferReuse => "buffer reuse",
+}
 use neuronlab_core::ops::{OpDef, Registry};
 
 /// The registry entry of a node. Graphs are built through [`Graph::op`], which checks the id,

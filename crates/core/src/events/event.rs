@@ -79,19 +79,76 @@ pub enum EventKind {
     },
 }
 
+/// Declares [`EventTag`] from one list of `Variant => "tag": "what it records"` rows, so the
+/// kinds, their serialized tags and their descriptions are written once.
+macro_rules! event_tags {
+    ($($variant:ident => $tag:literal: $about:literal,)*) => {
+        /// The kind of an event without its payload: what `%events` filters by, completion
+        /// offers, and serialized events carry as `kind`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum EventTag {
+            $(
+                #[doc = $about]
+                $variant,
+            )*
+        }
+
+        impl EventTag {
+            /// Every kind, in this order.
+            pub const ALL: &'static [EventTag] = &[$(EventTag::$variant),*];
+
+            /// The tag as serialized (`op`, `cache_hit`, ...).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(EventTag::$variant => $tag,)*
+                }
+            }
+
+            /// What events of this kind record, in a few words.
+            pub fn about(self) -> &'static str {
+                match self {
+                    $(EventTag::$variant => $about,)*
+                }
+            }
+
+            /// The kind whose tag is `name`.
+            pub fn from_name(name: &str) -> Option<EventTag> {
+                EventTag::ALL.iter().copied().find(|t| t.name() == name)
+            }
+        }
+    };
+}
+
+event_tags! {
+    Op => "op": "an eager op or a compiled kernel ran",
+    Memory => "memory": "device memory was reserved or given back",
+    Compile => "compile": "a function or lazy graph was compiled, or found compiled",
+    CacheHit => "cache_hit": "a compiled function ran from its cache",
+    GraphBreak => "graph_break": "tracing stopped at a data read",
+    RecompileLimit => "recompile_limit": "a function reached its recompile limit",
+    Collective => "collective": "a collective ran across ranks",
+    GuestTrap => "guest_trap": "a guest trapped",
+    Log => "log": "a log line of the runtime",
+}
+
 impl EventKind {
     /// The tag of this kind, as serialized: `op`, `memory`, `compile`, ...
     pub fn tag(&self) -> &'static str {
+        self.event_tag().name()
+    }
+
+    /// The kind without its payload.
+    pub fn event_tag(&self) -> EventTag {
         match self {
-            EventKind::Op(_) => "op",
-            EventKind::Memory(_) => "memory",
-            EventKind::Compile(_) => "compile",
-            EventKind::CacheHit { .. } => "cache_hit",
-            EventKind::GraphBreak { .. } => "graph_break",
-            EventKind::RecompileLimit { .. } => "recompile_limit",
-            EventKind::Collective(_) => "collective",
-            EventKind::GuestTrap { .. } => "guest_trap",
-            EventKind::Log { .. } => "log",
+            EventKind::Op(_) => EventTag::Op,
+            EventKind::Memory(_) => EventTag::Memory,
+            EventKind::Compile(_) => EventTag::Compile,
+            EventKind::CacheHit { .. } => EventTag::CacheHit,
+            EventKind::GraphBreak { .. } => EventTag::GraphBreak,
+            EventKind::RecompileLimit { .. } => EventTag::RecompileLimit,
+            EventKind::Collective(_) => EventTag::Collective,
+            EventKind::GuestTrap { .. } => EventTag::GuestTrap,
+            EventKind::Log { .. } => EventTag::Log,
         }
     }
 
@@ -236,6 +293,15 @@ pub enum LimitAction {
     Fail,
 }
 
+impl fmt::Display for LimitAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitAction::RunEager => "later calls run eagerly",
+            LimitAction::Fail => "later calls fail (fail_on_recompile)",
+        })
+    }
+}
+
 /// A collective across ranks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveEvent {
@@ -355,5 +421,27 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), hit);
         assert_eq!(hit.kind.tag(), "cache_hit");
+    }
+
+    #[test]
+    fn every_tag_is_its_kinds_serialized_name() {
+        // Serde names a variant in snake_case; the tag table must say the same.
+        let snake = |name: &str| {
+            name.chars()
+                .enumerate()
+                .fold(String::new(), |mut s, (i, c)| {
+                    if c.is_ascii_uppercase() && i > 0 {
+                        s.push('_');
+                    }
+                    s.push(c.to_ascii_lowercase());
+                    s
+                })
+        };
+        for tag in EventTag::ALL {
+            assert_eq!(snake(&format!("{tag:?}")), tag.name());
+            assert_eq!(EventTag::from_name(tag.name()), Some(*tag));
+            assert!(!tag.about().is_empty());
+        }
+        assert_eq!(EventTag::from_name("nope"), None);
     }
 }

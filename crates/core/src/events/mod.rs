@@ -15,10 +15,10 @@ mod trace;
 
 pub use bus::{EventBus, SubscriptionId, DEFAULT_CAPACITY};
 pub use event::{
-    CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, LimitAction, LogLevel,
+    CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, EventTag, LimitAction, LogLevel,
     MemoryAction, MemoryEvent, OpEvent, TensorSig,
 };
-pub use logs::{LogFilter, TOPICS as LOG_TOPICS};
+pub use logs::{LogFilter, Topic, TOPICS as LOG_TOPICS};
 pub use summary::{OpTotal, Summary, TOP_OPS};
 pub use table::op_table;
 pub use trace::{chrome_trace, save_chrome_trace};

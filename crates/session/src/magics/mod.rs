@@ -1,5 +1,6 @@
-//! The `%` commands. [`MAGICS`] is the one table of their names, usage and help: `%help`,
-//! completion and argument errors all read it.
+//! The `%` commands. [`MAGICS`] is the one table of them: each entry holds a magic's name,
+//! usage, help, handler and argument completer, and `%help`, dispatch, completion and
+//! argument errors all read it. Adding a magic is adding one entry.
 //!
 //! - this module: the table, dispatch, and the magics that run guests (`%load`, `%run`,
 //!   `%%wat`, `%spmd`, `%time`);
@@ -31,135 +32,218 @@ pub enum MagicKind {
     Both,
 }
 
-/// One magic's entry in the table.
-#[derive(Clone, Copy, Debug)]
+/// How a magic runs, which is also whether it takes a line, a cell or both: a line magic gets
+/// its argument text, a cell magic its arguments and its body, and one that is both gets the
+/// body when it is written with `%%`.
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// `%name args`.
+    Line(fn(&mut Session, &str, Sink) -> Outcome),
+    /// `%%name args` and a body.
+    Cell(fn(&mut Session, &str, &str, Sink) -> Outcome),
+    /// Either.
+    Both(fn(&mut Session, &str, Option<&str>, Sink) -> Outcome),
+}
+
+/// Where a magic reports its outputs.
+pub type Sink<'a> = &'a mut dyn FnMut(Output);
+
+/// A candidate for a magic's argument, as completion offers it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Argument {
+    /// The text to insert.
+    pub text: String,
+    /// What it is, shown beside it.
+    pub detail: String,
+}
+
+impl Argument {
+    fn new(text: impl Into<String>, detail: impl Into<String>) -> Argument {
+        Argument {
+            text: text.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The candidates for argument number `position` (0 for the first) of a magic.
+pub type Completer = fn(&Session, usize) -> Vec<Argument>;
+
+/// One magic: everything `%help`, dispatch, argument errors and completion know of it.
+#[derive(Clone, Copy)]
 pub struct Magic {
     /// The name, without `%`.
     pub name: &'static str,
-    /// Line, cell or both.
-    pub kind: MagicKind,
     /// How to call it.
     pub usage: &'static str,
     /// What it does, in one or two sentences.
     pub help: &'static str,
+    /// More that `%help NAME` shows, made when asked (lists that come from other tables).
+    pub details: Option<fn() -> String>,
+    /// Runs it.
+    pub run: Handler,
+    /// Completes its arguments.
+    pub complete: Option<Completer>,
+}
+
+impl Magic {
+    /// Line, cell or both, as its handler takes.
+    pub fn kind(&self) -> MagicKind {
+        match self.run {
+            Handler::Line(_) => MagicKind::Line,
+            Handler::Cell(_) => MagicKind::Cell,
+            Handler::Both(_) => MagicKind::Both,
+        }
+    }
 }
 
 /// Every magic, in the order `%help` lists them.
 pub const MAGICS: &[Magic] = &[
     Magic {
         name: "help",
-        kind: MagicKind::Line,
         usage: "%help [magic]",
         help: "Lists the magics, or explains one.",
+        details: None,
+        run: Handler::Line(help),
+        complete: Some(help_arguments),
     },
     Magic {
         name: "doc",
-        kind: MagicKind::Line,
         usage: "%doc NAME",
         help: "The documentation of an op (schema, attributes, doc), a variable (type, shape, \
                dtype, device, bytes) or a %magic, in the notebook's pager.",
+        details: None,
+        run: Handler::Line(views::doc),
+        complete: Some(views::doc_arguments),
     },
     Magic {
         name: "load",
-        kind: MagicKind::Line,
         usage: "%load FILE.wasm|FILE.wat",
         help: "Loads a WebAssembly module into the session; %run calls its exports.",
+        details: None,
+        run: Handler::Line(load),
+        complete: None,
     },
     Magic {
         name: "run",
-        kind: MagicKind::Line,
         usage: "%run [module.]export [args...]",
         help: "Calls an export of a loaded module (the last one loaded when no module is named), \
                with numeric arguments. The instance keeps its state between calls.",
+        details: None,
+        run: Handler::Line(run),
+        complete: Some(run_arguments),
     },
     Magic {
         name: "wat",
-        kind: MagicKind::Cell,
         usage: "%%wat",
-        help:
-            "The cell is a WebAssembly text module: it is compiled at once, its `run` export (if \
+        help: "The cell is a WebAssembly text module: it is compiled at once, its `run` export (if \
                any) is called, and it stays loaded as wat<N> for %run.",
+        details: None,
+        run: Handler::Cell(wat),
+        complete: None,
     },
     Magic {
         name: "spmd",
-        kind: MagicKind::Both,
         usage: "%spmd N FILE.wasm [--all-ranks]   or   %%spmd N [--all-ranks] + Rust code",
         help: "Runs a module, or the Rust code of the cell, as N ranks (one per NeuronCore, as \
                torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks.",
+        details: None,
+        run: Handler::Both(Session::spmd),
+        complete: None,
     },
     Magic {
         name: "events",
-        kind: MagicKind::Line,
         usage: "%events [kind] [--last N]",
-        help: "The events of the last cell as a table (kinds: op, memory, compile, cache_hit, \
-               graph_break, recompile_limit, collective, guest_trap, log).",
+        help: "The events of the last cell as a table, or of one kind; --last N shows the last N events \
+               of the session.",
+        details: Some(views::event_kinds),
+        run: Handler::Line(views::events),
+        complete: Some(views::event_arguments),
     },
     Magic {
         name: "recompiles",
-        kind: MagicKind::Line,
         usage: "%recompiles",
         help: "Every compile of the session with its reason: which guards failed.",
+        details: None,
+        run: Handler::Line(views::recompiles),
+        complete: None,
     },
     Magic {
         name: "explain",
-        kind: MagicKind::Line,
         usage: "%explain [function]",
         help: "What the last cell's compiled functions became: versions, guards, graphs before \
                and after the passes, fused kernels.",
+        details: None,
+        run: Handler::Line(views::explain),
+        complete: Some(views::explain_arguments),
     },
     Magic {
         name: "cache",
-        kind: MagicKind::Line,
         usage: "%cache [ls|clear]",
         help: "Lists (ls, the default) or empties (clear) the on-disk caches of compiled modules \
                and programs.",
+        details: None,
+        run: Handler::Line(state::cache),
+        complete: Some(state::cache_arguments),
     },
     Magic {
         name: "vars",
-        kind: MagicKind::Line,
         usage: "%vars",
-        help:
-            "The session's variables: name, type, and for tensors shape, dtype, device and bytes.",
+        help: "The session's variables: name, type, and for tensors shape, dtype, device and bytes.",
+        details: None,
+        run: Handler::Line(views::vars),
+        complete: None,
     },
     Magic {
         name: "reset",
-        kind: MagicKind::Line,
         usage: "%reset",
         help: "Forgets the variables, kept items, loaded modules and events.",
+        details: None,
+        run: Handler::Line(state::reset),
+        complete: None,
     },
     Magic {
         name: "device",
-        kind: MagicKind::Line,
         usage: "%device [preset] [--lnc N]",
-        help: "Shows the simulated instance, or switches to another preset (trn2.48xlarge, \
-               trn2.3xlarge, trn1.32xlarge, trn1.2xlarge); switching drops the session's tensors.",
+        help: "Shows the simulated instance, or switches to another preset; switching drops the \
+               session's tensors.",
+        details: Some(state::presets),
+        run: Handler::Line(state::device),
+        complete: Some(state::device_arguments),
     },
     Magic {
         name: "mem",
-        kind: MagicKind::Line,
         usage: "%mem",
         help: "HBM in use and peak on each core that holds tensors, and the host memory cap.",
+        details: None,
+        run: Handler::Line(views::mem),
+        complete: None,
     },
     Magic {
         name: "time",
-        kind: MagicKind::Both,
         usage: "%time CODE   or   %%time + Rust code",
-        help:
-            "Runs the code and prints its wall time (build and run) beside the modeled device time.",
+        help: "Runs the code and prints its wall time (build and run) beside the modeled device time.",
+        details: None,
+        run: Handler::Both(Session::time),
+        complete: None,
     },
     Magic {
         name: "trace",
-        kind: MagicKind::Line,
         usage: "%trace save FILE.json",
         help: "Writes the session's events as a Chrome trace (one track per core, host and \
                modeled), for Perfetto or chrome://tracing.",
+        details: None,
+        run: Handler::Line(views::trace),
+        complete: Some(views::trace_arguments),
     },
     Magic {
         name: "timeline",
-        kind: MagicKind::Line,
         usage: "%timeline",
         help: "The last cell's modeled device timeline, one row per core (drawn as SVG in \
                notebooks).",
+        details: None,
+        run: Handler::Line(views::timeline),
+        complete: None,
     },
 ];
 
@@ -205,62 +289,24 @@ impl Session {
                 ),
             );
         };
-        match (magic.kind, body.is_some()) {
-            (MagicKind::Line, true) => {
-                return usage_error(
-                    out,
-                    name,
-                    "is a line magic: write it with one %, on its own line",
-                )
-            }
-            (MagicKind::Cell, false) => {
-                return usage_error(
-                    out,
-                    name,
-                    "is a cell magic: start the cell with %% and put the body below",
-                )
-            }
-            _ => {}
-        }
-        match (name, body) {
-            ("help", _) => help(args, out),
-            ("doc", _) => views::doc(self, args, out),
-            ("load", _) => match args {
-                "" => usage_error(out, name, "give the module's file"),
-                path => self.load_module_file(path, out),
-            },
-            ("run", _) => {
-                let mut words = args.split_whitespace();
-                match words.next() {
-                    None => usage_error(out, name, "give the export to call"),
-                    Some(target) => {
-                        let args: Vec<String> = words.map(str::to_string).collect();
-                        self.run_export(target, &args, out)
-                    }
-                }
-            }
-            ("wat", Some(_)) if !args.is_empty() => usage_error(
+        match (magic.run, body) {
+            (Handler::Line(run), None) => run(self, args, out),
+            (Handler::Cell(run), Some(body)) => run(self, args, body, out),
+            (Handler::Both(run), body) => run(self, args, body, out),
+            (Handler::Line(_), Some(_)) => usage_error(
                 out,
                 name,
-                "takes no arguments: the module is the cell's body",
+                "is a line magic: write it with one %, on its own line",
             ),
-            ("wat", Some(body)) => self.run_wat_cell(body, out),
-            ("spmd", body) => self.spmd(args, body, out),
-            ("time", body) => self.time(args, body, out),
-            ("events", _) => views::events(self, args, out),
-            ("recompiles", _) => views::recompiles(self, args, out),
-            ("explain", _) => views::explain(self, args, out),
-            ("vars", _) => views::vars(self, args, out),
-            ("mem", _) => views::mem(self, args, out),
-            ("timeline", _) => views::timeline(self, args, out),
-            ("trace", _) => views::trace(self, args, out),
-            ("cache", _) => state::cache(self, args, out),
-            ("reset", _) => state::reset(self, args, out),
-            ("device", _) => state::device(self, args, out),
-            _ => unreachable!("every magic of the table is dispatched"),
+            (Handler::Cell(_), None) => usage_error(
+                out,
+                name,
+                "is a cell magic: start the cell with %% and put the body below",
+            ),
         }
     }
 
+    /// `%spmd N FILE` and `%%spmd N`.
     fn spmd(&mut self, args: &str, body: Option<&str>, out: &mut dyn FnMut(Output)) -> Outcome {
         let mut words: Vec<&str> = args.split_whitespace().collect();
         let all_ranks = words.contains(&"--all-ranks");
@@ -300,6 +346,7 @@ impl Session {
         self.run_spmd(&path, nproc, all_ranks, out)
     }
 
+    /// `%time CODE` and `%%time`.
     fn time(&mut self, args: &str, body: Option<&str>, out: &mut dyn FnMut(Output)) -> Outcome {
         if body.is_some() && !args.is_empty() {
             return usage_error(
@@ -327,7 +374,8 @@ impl Session {
     }
 }
 
-fn help(args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+/// `%help [magic]`.
+fn help(_: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     let name = args.trim().trim_start_matches('%');
     if name.is_empty() {
         let width = MAGICS
@@ -355,7 +403,11 @@ fn help(args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     }
     match find(name) {
         Some(m) => {
-            out(Output::Stdout(format!("{}\n\n{}\n", m.usage, m.help)));
+            let details = m.details.map_or(String::new(), |d| format!("\n{}\n", d()));
+            out(Output::Stdout(format!(
+                "{}\n\n{}\n{details}",
+                m.usage, m.help
+            )));
             Outcome::Ok
         }
         None => fail(
@@ -366,4 +418,65 @@ fn help(args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
             ),
         ),
     }
+}
+
+/// `%load FILE`.
+fn load(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    match args {
+        "" => usage_error(out, "load", "give the module's file"),
+        path => s.load_module_file(path, out),
+    }
+}
+
+/// `%run [module.]export [args...]`.
+fn run(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let mut words = args.split_whitespace();
+    match words.next() {
+        None => usage_error(out, "run", "give the export to call"),
+        Some(target) => {
+            let args: Vec<String> = words.map(str::to_string).collect();
+            s.run_export(target, &args, out)
+        }
+    }
+}
+
+/// `%%wat`.
+fn wat(s: &mut Session, args: &str, body: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    if !args.is_empty() {
+        return usage_error(
+            out,
+            "wat",
+            "takes no arguments: the module is the cell's body",
+        );
+    }
+    s.run_wat_cell(body, out)
+}
+
+/// `%help`'s argument: a magic.
+fn help_arguments(_: &Session, position: usize) -> Vec<Argument> {
+    match position {
+        0 => MAGICS
+            .iter()
+            .map(|m| Argument::new(m.name, m.usage))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `%run`'s first argument: the loaded modules' exports with their parameter types.
+fn run_arguments(s: &Session, position: usize) -> Vec<Argument> {
+    if position != 0 {
+        return Vec::new();
+    }
+    s.loaded_modules()
+        .flat_map(|m| {
+            m.exports.iter().map(|(export, params)| {
+                let params: Vec<String> = params.iter().map(ToString::to_string).collect();
+                Argument::new(
+                    format!("{}.{export}", m.name),
+                    format!("({})", params.join(", ")),
+                )
+            })
+        })
+        .collect()
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::super::{fail, new_runtime, CellError, Outcome, Output, Session};
 use super::table::{count, Table};
-use super::usage_error;
+use super::{usage_error, Argument};
 use neuronlab_core::device::figures::INSTANCES;
 use neuronlab_core::device::Topology;
 use neuronlab_core::events::fmt::bytes;
@@ -202,4 +202,29 @@ fn requested_topology(current: &Topology, args: &str) -> Result<Topology, String
 /// The instance presets, for messages.
 fn preset_names() -> String {
     INSTANCES.map(|i| i.name).join(", ")
+}
+
+/// `%cache`'s first argument.
+pub(super) fn cache_arguments(_: &Session, position: usize) -> Vec<Argument> {
+    match position {
+        0 => vec![
+            Argument::new("ls", "list the caches"),
+            Argument::new("clear", "empty the caches"),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// `%device`'s arguments: a preset, or `--lnc`.
+pub(super) fn device_arguments(_: &Session, _: usize) -> Vec<Argument> {
+    INSTANCES
+        .iter()
+        .map(|i| Argument::new(i.name, format!("{} x {}", i.chips, i.chip.generation)))
+        .chain([Argument::new("--lnc", "logical NeuronCore configuration")])
+        .collect()
+}
+
+/// `%help device`: the presets.
+pub(super) fn presets() -> String {
+    format!("presets: {}", preset_names())
 }

@@ -6,23 +6,77 @@ use std::path::Path;
 
 use super::super::{fail, CellError, MimeBundle, Outcome, Output, Session};
 use super::table::{count, Table};
-use super::{timeline as drawing, timeline_svg, usage_error};
+use super::{timeline as drawing, timeline_svg, usage_error, Argument, MAGICS};
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
-use neuronlab_core::events::{save_chrome_trace, Event, EventKind, LimitAction, TensorSig};
+use neuronlab_core::events::{
+    save_chrome_trace, Event, EventKind, EventTag, LimitAction, TensorSig,
+};
+use neuronlab_core::ops::Registry;
 use neuronlab_sandbox::var_store::Var;
 
-/// The event kinds `%events` filters by: every tag [`EventKind::tag`] gives.
-pub const EVENT_KINDS: &[&str] = &[
-    "op",
-    "memory",
-    "compile",
-    "cache_hit",
-    "graph_break",
-    "recompile_limit",
-    "collective",
-    "guest_trap",
-    "log",
-];
+/// Every event kind's tag, in the event table's order.
+fn event_kind_names() -> Vec<&'static str> {
+    EventTag::ALL.iter().map(|t| t.name()).collect()
+}
+
+/// `%help events`: the kinds and what each records.
+pub(super) fn event_kinds() -> String {
+    let kinds: Vec<String> = EventTag::ALL
+        .iter()
+        .map(|t| format!("  {:<16} {}", t.name(), t.about()))
+        .collect();
+    format!("kinds:\n{}", kinds.join("\n"))
+}
+
+/// `%events`' arguments: a kind, or `--last`.
+pub(super) fn event_arguments(_: &Session, _: usize) -> Vec<Argument> {
+    EventTag::ALL
+        .iter()
+        .map(|t| Argument::new(t.name(), t.about()))
+        .chain([Argument::new("--last", "the last N events")])
+        .collect()
+}
+
+/// `%doc`'s argument: an op, a variable or a magic.
+pub(super) fn doc_arguments(s: &Session, position: usize) -> Vec<Argument> {
+    if position != 0 {
+        return Vec::new();
+    }
+    let ops = Registry::global()
+        .ops()
+        .iter()
+        .map(|op| Argument::new(op.name, "op"));
+    let vars = s
+        .shared
+        .vars
+        .snapshot()
+        .into_iter()
+        .map(|(name, var)| Argument::new(name, var.to_string()));
+    let magics = MAGICS
+        .iter()
+        .map(|m| Argument::new(format!("%{}", m.name), m.usage));
+    vars.chain(ops).chain(magics).collect()
+}
+
+/// `%explain`'s argument: a function the last cell compiled.
+pub(super) fn explain_arguments(s: &Session, position: usize) -> Vec<Argument> {
+    match position {
+        0 => s
+            .explanations
+            .iter()
+            .map(|(name, _)| Argument::new(name.clone(), "compiled function"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `%trace`'s first argument.
+pub(super) fn trace_arguments(_: &Session, position: usize) -> Vec<Argument> {
+    match position {
+        0 => vec![Argument::new("save", "save FILE.json")],
+        _ => Vec::new(),
+    }
+}
 
 /// `%events [kind] [--last N]`: the last cell's events as a table.
 /// `%doc NAME`: what inspecting `NAME` shows (an op, a variable, a magic), as a page.
@@ -113,16 +167,16 @@ fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), Str
             return Err(format!("give one event kind, not also '{word}'"));
         } else {
             // `ops` is read as `op`.
-            let found = EVENT_KINDS
-                .iter()
-                .find(|k| word.strip_suffix('s').unwrap_or(word) == **k || word == **k);
+            let found = event_kind_names()
+                .into_iter()
+                .find(|k| word.strip_suffix('s').unwrap_or(word) == *k || word == *k);
             let Some(k) = found else {
                 return Err(format!(
                     "'{word}' is not an event kind; the kinds are {}",
-                    EVENT_KINDS.join(", ")
+                    event_kind_names().join(", ")
                 ));
             };
-            kind = Some(*k);
+            kind = Some(k);
         }
     }
     Ok((kind, last))
@@ -138,10 +192,10 @@ fn last_cell(s: &Session) -> Vec<Event> {
 
 /// How many events of each kind: `3 op, 6 memory`.
 fn kind_counts(events: &[Event]) -> String {
-    EVENT_KINDS
-        .iter()
+    event_kind_names()
+        .into_iter()
         .filter_map(
-            |k| match events.iter().filter(|e| e.kind.tag() == *k).count() {
+            |k| match events.iter().filter(|e| e.kind.tag() == k).count() {
                 0 => None,
                 n => Some(format!("{n} {k}")),
             },
