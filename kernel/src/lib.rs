@@ -1,4 +1,4 @@
-//! The neuronlab Jupyter kernel (DESIGN.md section 7): Jupyter's messaging protocol over
+//! The neuronlab Jupyter kernel: Jupyter's messaging protocol over
 //! ZeroMQ in front of the same [`Session`](neuronlab_session::Session) the REPL
 //! drives. Cells are Rust (built for wasm32 and run sandboxed) or `%` magics.
 //!
@@ -19,7 +19,7 @@ pub mod log;
 pub mod connection;
 pub mod control;
 pub mod handlers;
-pub mod history;
+pub mod history_store;
 pub mod install;
 pub mod logo;
 pub mod outbox;

@@ -13,7 +13,7 @@ use neuronlab_session::{Interrupter, Session};
 use tokio::sync::watch;
 
 use crate::handlers::{execute, history, info, introspect};
-use crate::history::History;
+use crate::history_store::History;
 use crate::log;
 use crate::outbox::{Outbox, Outgoing};
 use crate::wire::Request;
@@ -55,7 +55,7 @@ pub fn spawn(
             }
             let mut worker = Worker {
                 session,
-                history: History::open(crate::history::default_path()),
+                history: History::open(crate::history_store::default_path()),
                 outbox,
                 shutdown,
             };

@@ -70,6 +70,10 @@ def test_the_recompile_limit_falls_back_to_eager_or_fails(out):
     error = stdout_value(out, "double_strict n=3 error")
     assert "'double_strict' reached its recompile limit (1) and fail_on_recompile is set" in error
     assert "input 0 shape changed: expected [2], got [3]" in error
+    assert (
+        "[recompiles] 'double_strict' reached its recompile limit (1); "
+        "later calls fail (fail_on_recompile)" in out.stderr
+    ), out.stderr
 
 
 def test_lazy_mode_compiles_a_repeated_graph_once(out):

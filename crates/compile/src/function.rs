@@ -101,8 +101,14 @@ pub enum Plan<'a> {
         /// The miss reason.
         reason: String,
     },
-    /// The recompile limit was reached and `fail_on_recompile` is set.
-    Fail(String),
+    /// The recompile limit was reached and `fail_on_recompile` is set: the call fails.
+    /// `first` is true the first time, when the limit's event is due.
+    Fail {
+        /// Whether this is the first call past the limit.
+        first: bool,
+        /// Why the call fails.
+        message: String,
+    },
 }
 
 /// A compiled function and its cache.
@@ -119,8 +125,8 @@ pub struct CompiledFunction {
     pub recompiles: u32,
     /// Graph breaks seen while tracing, with their reasons.
     pub breaks: Vec<String>,
-    /// True once the limit was reached and later calls run eagerly.
-    pub eager: bool,
+    /// True once the limit was reached (later calls run eagerly, or fail).
+    pub limit_reached: bool,
     /// What its calls did so far.
     pub stats: CallStats,
 }
@@ -149,7 +155,7 @@ impl CompiledFunction {
             entries: Vec::new(),
             recompiles: 0,
             breaks: Vec::new(),
-            eager: false,
+            limit_reached: false,
             stats: CallStats::default(),
         }
     }
@@ -171,13 +177,14 @@ impl CompiledFunction {
         );
         let recompile = !self.entries.is_empty();
         if recompile && self.recompiles >= self.options.recompile_limit {
+            let first = !std::mem::replace(&mut self.limit_reached, true);
             if self.options.fail_on_recompile {
-                return Plan::Fail(format!(
+                let message = format!(
                     "'{}' reached its recompile limit ({}) and fail_on_recompile is set: {reason}",
                     self.name, self.options.recompile_limit
-                ));
+                );
+                return Plan::Fail { first, message };
             }
-            let first = !std::mem::replace(&mut self.eager, true);
             self.stats.eager_calls += 1;
             return Plan::Eager { first, reason };
         }
@@ -216,10 +223,10 @@ impl CompiledFunction {
             self.entries.len(),
             self.recompiles,
             self.options.recompile_limit,
-            if self.eager {
-                "; the limit was reached, later calls run eagerly"
-            } else {
-                ""
+            match (self.limit_reached, self.options.fail_on_recompile) {
+                (false, _) => "",
+                (true, false) => "; the limit was reached, later calls run eagerly",
+                (true, true) => "; the limit was reached, later calls that recompile fail",
             }
         );
         if !self.breaks.is_empty() {

@@ -613,6 +613,8 @@ impl Lowering<'_> {
     /// Lowers `group` to a chain. `block` is the value the enclosing kernel hands in as a
     /// block; `needed` are values the kernel uses itself. The chain's results are `needed`,
     /// then the group's values that escape the kernel; the escaping ones are returned.
+    // One walk over the chain's nodes that assigns every value a slot and a step; its cases
+    // share the maps it fills.
     fn chain(
         &mut self,
         group: &Group,
@@ -740,6 +742,8 @@ fn released_after(steps: &[Step], results: &[usize]) -> Vec<Vec<usize>> {
 
 impl Fused {
     /// The fused kernel of `plan`, or `None` for a plain op.
+    // One arm per plan kind, each building its body from the plan in one pass over its nodes;
+    // split, the arms would pass most of the lowering state back and forth.
     pub(crate) fn lower(g: &Graph, users: &Users, plan: &KernelPlan) -> Option<Fused> {
         let mut inside = vec![false; g.nodes.len()];
         for n in plan.nodes() {
@@ -902,6 +906,8 @@ impl Fused {
             .join(", ")
     }
 
+    // One arm per kernel body; each arm sets up its sources once and hands run_blocks the
+    // per-block loop, which must capture them directly to stay allocation-free.
     fn compute(&self, inputs: &[&Tensor]) -> Result<Vec<Buffer>> {
         let specs = |per_unit: &dyn Fn(usize) -> usize| -> Vec<(DType, usize)> {
             self.output_metas

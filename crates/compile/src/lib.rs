@@ -1,5 +1,5 @@
 //! Compile: graphs of registry ops, their optimization and execution, and the caches and
-//! guards that decide when a graph compiles and when it is reused (DESIGN.md section 5).
+//! guards that decide when a graph compiles and when it is reused (docs/compile.md).
 //!
 //! - [`graph`]: the IR and its structural hash.
 //! - [`recorder`]: recording ops into a pending graph and flushing it (lazy mode, graph

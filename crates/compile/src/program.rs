@@ -12,7 +12,8 @@ use super::fused::Fused;
 use super::graph::{value_list, Graph, Producer, ValueId};
 use super::passes::buffers::{self, KernelIo};
 use super::passes::{
-    cse, dce, def_of, elementwise, fold, infer, matmul, reduction, Fusion, KernelPlan, Pass, Users,
+    cse, dce, def_of, fold, fuse_elementwise, fuse_reduction, infer, matmul_epilogue, Fusion,
+    KernelPlan, Pass, Users,
 };
 use neuronlab_core::device::CoreId;
 use neuronlab_core::events::fmt;
@@ -113,11 +114,11 @@ pub fn optimize(rt: &Runtime, graph: &Graph) -> Result<(Program, CompileReport)>
     note(Pass::ConstantFolding, g.nodes.len());
 
     let mut fusion = Fusion::new(&g);
-    elementwise::run(&mut fusion);
+    fuse_elementwise::run(&mut fusion);
     note(Pass::ElementwiseFusion, fusion.kernel_count());
-    matmul::run(&mut fusion);
+    matmul_epilogue::run(&mut fusion);
     note(Pass::MatmulEpilogues, fusion.kernel_count());
-    reduction::run(&mut fusion);
+    fuse_reduction::run(&mut fusion);
     note(Pass::ReductionFusion, fusion.kernel_count());
     let plans = fusion.into_plans();
     // Each plan lowers to one kernel; `from_parts` plans their buffers.
@@ -222,6 +223,8 @@ impl Program {
     /// Runs the program on `core`. The inputs must have the graph's input shapes and dtypes
     /// and live on `core`. Outputs are charged to the core's HBM like eager outputs, and every
     /// kernel publishes one op event.
+    // The run loop of a program: inputs checked, constants placed, each kernel run and its
+    // buffers freed after their last use, in the order the memory plan assumes.
     pub fn run(&self, rt: &Runtime, core: CoreId, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         rt.check_core(core)?;
         let g = &self.graph;

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// The element type of a tensor.
 ///
-/// The set is the one DESIGN.md section 4 fixes. `Bf16` and `F16` are stored as 16-bit values
-/// and computed in f32, then rounded, as PyTorch does on CPU.
+/// The set covers what training and inference on a NeuronCore compute in. `Bf16` and `F16` are
+/// stored as 16-bit values and computed in f32, then rounded, as PyTorch does on CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {

@@ -25,9 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::cost::{collective_cost, Collective};
+use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
 use super::group::ProcessGroup;
-use super::kernels::{chunk_sizes, concat, reduce, split, ReduceOp};
+use super::ring_cost::{collective_cost, Collective};
 use neuronlab_core::device::CoreId;
 use neuronlab_core::error::{Error, Result};
 use neuronlab_core::events::{CollectiveEvent, EventKind};
@@ -461,6 +461,8 @@ impl RankComm {
     }
 
     /// Leaves `arrival` at the meeting `key` and waits for its outcome.
+    // The meeting protocol as one critical section: arrival, agreement, the last rank's compute,
+    // and every way a meeting fails must be read together to see it never deadlocks.
     fn meet(
         &self,
         group: &ProcessGroup,

@@ -31,7 +31,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::kernels::{chunk_sizes, ReduceOp};
+use super::combine::{chunk_sizes, ReduceOp};
 use super::mesh::DeviceMesh;
 use super::placement::{format_placements, Placement};
 use super::ProcessGroup;
@@ -488,11 +488,6 @@ impl DTensor {
     /// This rank's local shard, without communication.
     pub fn to_local(&self) -> &Tensor {
         &self.local
-    }
-
-    /// This rank's local shard, taken out of the distributed tensor.
-    pub fn into_local(self) -> Tensor {
-        self.local
     }
 
     /// The device mesh.

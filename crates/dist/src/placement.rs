@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::kernels::ReduceOp;
+use super::combine::ReduceOp;
 
 /// How a distributed tensor lies along one dimension of its device mesh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

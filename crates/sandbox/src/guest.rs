@@ -17,6 +17,7 @@ use super::guest_output::OutputSink;
 use super::limits::Limits;
 use crate::Shared;
 use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::events::EventKind;
 use neuronlab_core::paths::{cache_root, CacheDir};
 use neuronlab_core::Runtime;
 use neuronlab_dist::{RankComm, World};
@@ -436,10 +437,28 @@ impl Guest {
         // The guest thread carries the interrupt flag as its cancel token, so every host op
         // the guest calls can be cancelled without setting a token per call.
         let token = self.interrupt.0.clone();
-        on_guest_thread(self.limits.host_stack_bytes, move || {
+        let result = on_guest_thread(self.limits.host_stack_bytes, move || {
             neuronlab_core::cancel::with_token(token, || f(store))
         })?
-        .map_err(|e| classify(e, "running the guest", memory_limit))
+        .map_err(|e| classify(e, "running the guest", memory_limit));
+        if let Err(e) = &result {
+            self.publish_stop(e);
+        }
+        result
+    }
+
+    /// Publishes a `guest_trap` event when the guest stopped running: it trapped, ran out of
+    /// its time or memory, or was interrupted.
+    fn publish_stop(&self, e: &GuestError) {
+        use GuestErrorKind::*;
+        if matches!(e.kind, Trap | Interrupted | Deadline | ResourceLimit) {
+            let state = self.store.data();
+            let message = format!("{} in {}: {}", e.kind.name(), self.name, e.message);
+            state
+                .runtime
+                .bus()
+                .publish(state.core, EventKind::GuestTrap { message });
+        }
     }
 
     /// Calls the exported function `entry` with `args` parsed to its parameter types, and

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use neuronlab_core::device::topology::{CoreId, Topology};
+use neuronlab_core::events::EventKind;
 use neuronlab_core::ops::Attrs;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::{Runtime, Tensor};
@@ -185,6 +186,23 @@ fn unbounded_recursion_traps_with_a_stack_overflow() {
         e.backtrace.iter().any(|f| f.contains("deeper")),
         "{:?}",
         &e.backtrace[..3]
+    );
+    // The trap is an event too, for `%events guest_trap` and NEURONLAB_LOGS=traps.
+    let traps: Vec<String> = s
+        .runtime
+        .bus()
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::GuestTrap { message } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(traps.len(), 1, "{traps:?}");
+    assert!(
+        traps[0].starts_with("GuestTrap in recursion") && traps[0].contains("stack overflow"),
+        "{}",
+        traps[0]
     );
     s.assert_healthy();
 }

@@ -176,6 +176,68 @@ impl OutputConverter {
     }
 }
 
+/// What a Rust cell's crate holds besides the cell: kept items, variables restored from the
+/// session, and the names kept for later cells.
+struct CellPlan {
+    kept: Vec<KeptItem>,
+    restores: Vec<(String, Restore)>,
+    keeps: Vec<String>,
+    items_only: bool,
+}
+
+/// The cell parsed, or its syntax error pointing at the user's line and column.
+fn parse_cell(code: &str, cell_no: u32) -> Result<parse::ParsedCell, CellError> {
+    parse::parse(code).map_err(|e| {
+        let line = code.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
+        let report = format!(
+            "error: {}\n --> cell [{cell_no}], line {}:{}\n  |\n  | {line}\n  | {}^\n",
+            e.message,
+            e.line,
+            e.column,
+            " ".repeat(e.column.saturating_sub(1))
+        );
+        CellError {
+            ename: "SyntaxError".into(),
+            evalue: e.message,
+            traceback: vec![report],
+        }
+    })
+}
+
+fn no_toolchain(e: impl std::fmt::Display) -> CellError {
+    CellError::new(
+        "NoToolchain",
+        format!(
+            "Rust cells are built for wasm32, and {e}\n%%wat cells, %load, %run and \
+             `neuronlab tour` work without it."
+        ),
+    )
+}
+
+fn no_sdk() -> CellError {
+    CellError::new(
+        "NoSdk",
+        "the neuronlab guest SDK was not found: set NEURONLAB_SDK to the guest-sdk folder of a \
+         neuronlab checkout",
+    )
+}
+
+/// The compiler's errors as the cell's error, against the user's lines.
+fn compile_error(
+    errors: &[build::Diagnostic],
+    map: &codegen::SourceMap,
+    sources: &UserSources<'_>,
+) -> CellError {
+    CellError {
+        ename: "CompileError".into(),
+        evalue: errors
+            .first()
+            .map(|e| e.message.clone())
+            .unwrap_or_default(),
+        traceback: build::render(errors, map, sources),
+    }
+}
+
 impl Session {
     /// Builds and runs a Rust cell; an items-only cell keeps its items.
     pub(super) fn run_rust_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
@@ -194,103 +256,30 @@ impl Session {
         out: &mut dyn FnMut(Output),
     ) -> Result<Option<PathBuf>, Outcome> {
         let cell_no = self.execution_count;
-        let parsed = match parse::parse(code) {
-            Ok(p) => p,
-            Err(e) => {
-                let line = code.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
-                let report = format!(
-                    "error: {}\n --> cell [{cell_no}], line {}:{}\n  |\n  | {line}\n  | {}^\n",
-                    e.message,
-                    e.line,
-                    e.column,
-                    " ".repeat(e.column.saturating_sub(1))
-                );
-                return Err(fail(
-                    out,
-                    CellError {
-                        ename: "SyntaxError".into(),
-                        evalue: e.message,
-                        traceback: vec![report],
-                    },
-                ));
-            }
-        };
-        let toolchain = match Toolchain::detect() {
-            Ok(t) => t,
-            Err(e) => {
-                return Err(fail(
-                    out,
-                    CellError::new(
-                        "NoToolchain",
-                        format!(
-                            "Rust cells are built for wasm32, and {e}\n%%wat cells, %load, %run \
-                             and `neuronlab tour` work without it."
-                        ),
-                    ),
-                ))
-            }
-        };
-        let Some(sdk_dir) = self.sdk_dir.clone() else {
-            return Err(fail(
-                out,
-                CellError::new(
-                    "NoSdk",
-                    "the neuronlab guest SDK was not found: set NEURONLAB_SDK to the guest-sdk \
-                     folder of a neuronlab checkout",
-                ),
-            ));
-        };
-        // Items of an items-only cell replace kept items with the same key.
-        let mut kept = self.kept.clone();
-        let items_only = !parsed.has_statements && !parsed.items.is_empty();
-        if items_only {
-            for item in &parsed.items {
-                kept.retain(|k| k.key != item.key);
-                kept.push(KeptItem {
-                    key: item.key.clone(),
-                    cell: cell_no,
-                    line: item.line,
-                    text: code[item.range.clone()].to_string(),
-                });
-            }
-        }
-        let restores: Vec<(String, Restore)> = self
-            .shared
-            .vars
-            .snapshot()
-            .into_iter()
-            .filter_map(|(name, var)| match var {
-                Var::Tensor(_) => Some((name, Restore::Tensor)),
-                Var::Value { ty, .. } => Some((name, Restore::Value(ty))),
-                Var::Local { .. } => None,
-            })
-            .collect();
-        let mut keeps: Vec<String> = if items_only {
-            Vec::new()
-        } else {
-            let mut names: Vec<String> = restores.iter().map(|(n, _)| n.clone()).collect();
-            for b in &parsed.lets {
-                if !names.contains(&b.name) {
-                    names.push(b.name.clone());
-                }
-            }
-            names
-        };
-        let restores = if items_only { Vec::new() } else { restores };
+        let prepared = parse_cell(code, cell_no)
+            .and_then(|parsed| Ok((parsed, Toolchain::detect().map_err(no_toolchain)?)))
+            .and_then(|(parsed, toolchain)| {
+                let sdk = self.sdk_dir.clone().ok_or_else(no_sdk)?;
+                Ok((parsed, toolchain, sdk))
+            });
+        let (parsed, toolchain, sdk_dir) = prepared.map_err(|e| fail(out, e))?;
+        let mut plan = self.plan_cell(code, &parsed);
         let target_dir = super::cell_target_dir();
         let wasm = loop {
-            let generated = codegen::generate(code, &parsed, &kept, &restores, &keeps);
+            let generated =
+                codegen::generate(code, &parsed, &plan.kept, &plan.restores, &plan.keeps);
             if let Err(e) = build::write_crate(&self.work_dir, &sdk_dir, &generated) {
                 return Err(fail(out, CellError::new("SessionError", e)));
             }
             let mut progress = |text: &str| out(Output::Stderr(text.to_string()));
-            match build::build(
+            let built = build::build(
                 &toolchain,
                 &self.work_dir,
                 &target_dir,
                 self.interrupter.flag(),
                 &mut progress,
-            ) {
+            );
+            match built {
                 Ok(wasm) => {
                     self.cell_columns = Some(CellColumns::of(&generated.map));
                     break wasm;
@@ -299,26 +288,14 @@ impl Session {
                     let moved = build::moved_keeps(&errors, &generated.map);
                     if !moved.is_empty() {
                         // Moved bindings do not outlive the cell; build without keeping them.
-                        keeps.retain(|k| !moved.contains(k));
+                        plan.keeps.retain(|k| !moved.contains(k));
                         continue;
                     }
                     let sources = UserSources {
                         cell: (cell_no, code),
-                        kept: &kept,
+                        kept: &plan.kept,
                     };
-                    let traceback = build::render(&errors, &generated.map, &sources);
-                    let evalue = errors
-                        .first()
-                        .map(|e| e.message.clone())
-                        .unwrap_or_default();
-                    return Err(fail(
-                        out,
-                        CellError {
-                            ename: "CompileError".into(),
-                            evalue,
-                            traceback,
-                        },
-                    ));
+                    return Err(fail(out, compile_error(&errors, &generated.map, &sources)));
                 }
                 Err(BuildFailure::Tool(message)) => {
                     return Err(fail(out, CellError::new("BuildError", message)))
@@ -332,11 +309,59 @@ impl Session {
                 }
             }
         };
-        if items_only {
-            self.kept = kept;
+        if plan.items_only {
+            self.kept = plan.kept;
             return Ok(None);
         }
         Ok(Some(wasm))
+    }
+
+    /// What the cell's crate keeps and restores: an items-only cell's items replace kept
+    /// items with the same key; other cells restore the session's variables and keep them and
+    /// their own top-level bindings.
+    fn plan_cell(&self, code: &str, parsed: &parse::ParsedCell) -> CellPlan {
+        let mut kept = self.kept.clone();
+        let items_only = !parsed.has_statements && !parsed.items.is_empty();
+        if items_only {
+            for item in &parsed.items {
+                kept.retain(|k| k.key != item.key);
+                kept.push(KeptItem {
+                    key: item.key.clone(),
+                    cell: self.execution_count,
+                    line: item.line,
+                    text: code[item.range.clone()].to_string(),
+                });
+            }
+            return CellPlan {
+                kept,
+                restores: Vec::new(),
+                keeps: Vec::new(),
+                items_only,
+            };
+        }
+        let restores: Vec<(String, Restore)> = self
+            .shared
+            .vars
+            .snapshot()
+            .into_iter()
+            .filter_map(|(name, var)| match var {
+                Var::Tensor(_) => Some((name, Restore::Tensor)),
+                Var::Value { ty, .. } => Some((name, Restore::Value(ty))),
+                Var::Local { .. } => None,
+            })
+            .collect();
+        let mut keeps: Vec<String> = restores.iter().map(|(n, _)| n.clone()).collect();
+        for b in &parsed.lets {
+            if !keeps.contains(&b.name) {
+                keeps.push(b.name.clone());
+            }
+        }
+        CellPlan {
+            kept,
+            restores,
+            keeps,
+            items_only,
+        }
     }
 
     /// Loads the cell's module and calls its `run` export.

@@ -1,5 +1,5 @@
 //! The session engine behind both front ends (the REPL and the Jupyter kernel): cells in,
-//! outputs out, state kept between cells (DESIGN.md section 7).
+//! outputs out, state kept between cells.
 //!
 //! [`Session::execute`] takes a cell and reports its [`Output`]s as they happen through a
 //! callback: stream text, rich displays, the final expression's value, an error, and the
@@ -359,11 +359,6 @@ impl Session {
     /// The items kept from items-only cells.
     pub fn kept_items(&self) -> &[KeptItem] {
         &self.kept
-    }
-
-    /// The event sequence numbers `[start, end)` of the last cell.
-    pub fn last_cell_events(&self) -> (u64, u64) {
-        self.last_cell_events
     }
 }
 

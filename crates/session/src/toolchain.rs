@@ -1,7 +1,7 @@
 //! The guest toolchain: finding a compiler for `wasm32-unknown-unknown` and building guest
 //! crates with it, plus the prebuilt experiment modules and their manifest of source hashes.
 //!
-//! Two routes, tried in order (DESIGN.md section 2):
+//! Two routes, tried in order:
 //! 1. rustup with the `wasm32-unknown-unknown` target installed: plain `cargo build`.
 //! 2. Debian's `rustc-web`, `cargo-web`, `rust-web-src` and `lld`: `/usr/bin/cargo` with
 //!    `-Zbuild-std=std,panic_abort` (the standard library is built from `rust-web-src`).

@@ -26,7 +26,7 @@ use jupyter_protocol::{
 use neuronlab_session::{CellError, MimeBundle, Outcome, Output, Session};
 use serde_json::{json, Value};
 
-use crate::history::History;
+use crate::history_store::History;
 use crate::outbox::{Outbox, Outgoing, Stream};
 use crate::wire::Request;
 
@@ -45,6 +45,7 @@ pub enum Executed {
 /// Runs the cell of `request` in `session` (or reports why there is no session), sending its
 /// outputs through `outbox`; returns how it ended and the reply, for the caller to send (after
 /// it has taken the requests queued meanwhile, which `stop_on_error` aborts).
+// The execute_request sequence of the Jupyter protocol, in the order the messages go out.
 pub fn execute(
     session: Result<&mut Session, &str>,
     history: &mut History,

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::history::{reply_entry, History};
+use crate::history_store::{reply_entry, History};
 use crate::wire::Request;
 
 /// How many cells `tail` and `search` give when the request says no `n`.

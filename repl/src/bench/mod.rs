@@ -21,7 +21,7 @@ const TINY_OP_WAT: &[u8] = include_bytes!("tiny_op.wat");
 mod by_hand;
 mod collectives;
 mod compile;
-mod kernels;
+mod ops;
 mod session;
 
 /// About how long the timed runs of one case take together: the repetition count is this
@@ -280,7 +280,7 @@ fn module_load_cached(_: &Arc<Runtime>) -> Result<Sample, String> {
 
 /// Every case, in the order they run and print.
 fn suite() -> Vec<Case> {
-    let mut cases = kernels::cases();
+    let mut cases = ops::cases();
     cases.extend(compile::cases());
     cases.push(by_hand::case());
     cases.push(Case::new(

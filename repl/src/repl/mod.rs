@@ -31,6 +31,7 @@ pub fn history_path() -> Option<PathBuf> {
 }
 
 /// Runs the REPL until Ctrl-D.
+// The REPL loop: read, run, render, and what each key ends (Ctrl-C, Ctrl-D, errors).
 pub fn run() -> Result<(), String> {
     let session = Session::from_env()?;
     let ctrlc = CtrlC::install(session.interrupter())?;

@@ -7,9 +7,9 @@
 //! - [`fold`]: evaluates nodes whose inputs are all constants with the real kernels.
 //!
 //! Graph to kernels (each refines a `Fusion`, the grouping of nodes into kernels):
-//! - [`elementwise`]: groups elementwise ops into loops over one shape, across broadcasting.
-//! - [`matmul`]: gives a matmul the elementwise group that consumes it as its epilogue.
-//! - [`reduction`]: gives a row op (softmax, norms, trailing reductions) the elementwise
+//! - [`fuse_elementwise`]: groups elementwise ops into loops over one shape, across broadcasting.
+//! - [`matmul_epilogue`]: gives a matmul the elementwise group that consumes it as its epilogue.
+//! - [`fuse_reduction`]: gives a row op (softmax, norms, trailing reductions) the elementwise
 //!   group that produces its input as a prologue and the one that consumes it as an epilogue.
 //!
 //! Kernels to a memory plan:
@@ -18,11 +18,11 @@
 pub mod buffers;
 pub mod cse;
 pub mod dce;
-pub mod elementwise;
 pub mod fold;
+pub mod fuse_elementwise;
+pub mod fuse_reduction;
 pub mod infer;
-pub mod matmul;
-pub mod reduction;
+pub mod matmul_epilogue;
 
 use super::graph::{Graph, Node, Producer, ValueId};
 

@@ -115,7 +115,8 @@ pub const TRAINIUM2: ChipFigures = ChipFigures {
     // trainium2.rst: "3.5 TB/sec of DMA bandwidth".
     dma_bandwidth: 3.5 * TERA,
     // neuron-core-v3.rst: 28 MB on-chip SRAM; NKI Trainium2 guide: 128 partitions x 224 KiB.
-    // PSUM: 2 MiB, as DESIGN.md's table gives for both generations.
+    // PSUM: 2 MiB is a model assumption, the Trainium1 figure kept: the pages cited here give
+    // no PSUM size for NeuronCore-v3.
     sbuf_bytes_per_core: 28 * MIB,
     psum_bytes_per_core: 2 * MIB,
     // trainium2.rst: "NeuronLink-v3 ... provides 1.28 TB/sec bandwidth per chip".
@@ -140,7 +141,7 @@ pub const TRAINIUM1: ChipFigures = ChipFigures {
     // neuron-core-v2.rst: the ScalarEngine "delivers 2.9 TFLOPS of FP32 computations".
     scalar_flops_per_core: 2.9 * TERA,
     // trainium.rst: 32 GiB of device memory with 820 GB/s (older pages say GB/s, newer
-    // GiB/s; we take the smaller, decimal reading, as DESIGN.md does).
+    // GiB/s; we take the smaller, decimal reading).
     hbm_bytes: 32 * GIB,
     hbm_bandwidth: 820.0 * GIGA,
     // trainium.rst: "1 TB/sec of DMA bandwidth".
@@ -149,7 +150,8 @@ pub const TRAINIUM1: ChipFigures = ChipFigures {
     // PSUM 2 MiB per core.
     sbuf_bytes_per_core: 24 * MIB,
     psum_bytes_per_core: 2 * MIB,
-    // DESIGN.md table (NeuronLink-v2, 384 GB/s per chip); trainium.rst names the link only.
+    // A model assumption: 384 GB/s per chip; trainium.rst and trn1-arch.rst name NeuronLink-v2
+    // but give no bandwidth.
     link_name: "NeuronLink-v2",
     link_bandwidth: 384.0 * GIGA,
 };

@@ -6,7 +6,6 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
@@ -17,10 +16,6 @@ use crate::device::CoreId;
 
 /// How many events the bus keeps by default before dropping the oldest.
 pub const DEFAULT_CAPACITY: usize = 100_000;
-
-/// Identifies a subscription, to end it with [`EventBus::unsubscribe`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SubscriptionId(u64);
 
 type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
 
@@ -33,7 +28,7 @@ struct Recorder {
     // Copy-on-write under the one lock that publishing takes anyway: publish clones the Arc
     // (no allocation) only when there are subscribers and calls them unlocked, so a
     // subscriber may itself subscribe or read the bus.
-    subscribers: Arc<[(SubscriptionId, Subscriber)]>,
+    subscribers: Arc<[Subscriber]>,
 }
 
 impl Recorder {
@@ -66,7 +61,6 @@ impl Recorder {
 pub struct EventBus {
     clock: Clock,
     recorder: Mutex<Recorder>,
-    next_subscription: AtomicU64,
 }
 
 impl EventBus {
@@ -86,7 +80,6 @@ impl EventBus {
                 dropped: 0,
                 subscribers: Arc::new([]),
             }),
-            next_subscription: AtomicU64::new(0),
         }
     }
 
@@ -137,36 +130,21 @@ impl EventBus {
             .collect();
         drop(recorder);
         for event in &events {
-            for (_, subscriber) in subscribers.iter() {
+            for subscriber in subscribers.iter() {
                 subscriber(event);
             }
         }
         first
     }
 
-    /// Calls `subscriber` with every event published from now on, on the publishing thread.
-    /// Events from different threads may reach it out of `seq` order.
-    pub fn subscribe(&self, subscriber: Box<dyn Fn(&Event) + Send + Sync>) -> SubscriptionId {
-        let id = SubscriptionId(self.next_subscription.fetch_add(1, Ordering::Relaxed));
+    /// Calls `subscriber` with every event published from now on, for as long as the bus
+    /// lives, on the publishing thread. Events from different threads may reach it out of
+    /// `seq` order.
+    pub fn subscribe(&self, subscriber: Box<dyn Fn(&Event) + Send + Sync>) {
         let mut recorder = self.recorder();
         let mut list = recorder.subscribers.to_vec();
-        list.push((id, Arc::from(subscriber)));
+        list.push(Arc::from(subscriber));
         recorder.subscribers = list.into();
-        id
-    }
-
-    /// Ends a subscription. Returns false when it had already ended.
-    pub fn unsubscribe(&self, id: SubscriptionId) -> bool {
-        let mut recorder = self.recorder();
-        let before = recorder.subscribers.len();
-        let list: Vec<_> = recorder
-            .subscribers
-            .iter()
-            .filter(|(s, _)| *s != id)
-            .cloned()
-            .collect();
-        recorder.subscribers = list.into();
-        recorder.subscribers.len() != before
     }
 
     /// The recorded events, oldest first.
@@ -273,22 +251,23 @@ mod tests {
     }
 
     #[test]
-    fn subscribers_see_events_until_they_unsubscribe() {
+    fn subscribers_see_every_later_event_and_may_read_the_bus() {
         let bus = Arc::new(EventBus::new());
+        bus.publish(CoreId(0), log("before"));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
-        let id = bus.subscribe(Box::new(move |e: &Event| sink.lock().unwrap().push(e.seq)));
+        bus.subscribe(Box::new(move |e: &Event| sink.lock().unwrap().push(e.seq)));
         // A subscriber may read the bus without deadlocking.
         let reader = Arc::clone(&bus);
-        let other = bus.subscribe(Box::new(move |_: &Event| drop(reader.events())));
+        let read = Arc::new(Mutex::new(0));
+        let counted = Arc::clone(&read);
+        bus.subscribe(Box::new(move |_: &Event| {
+            *counted.lock().unwrap() = reader.events().len();
+        }));
         bus.publish(CoreId(0), log("a"));
         bus.publish(CoreId(0), log("b"));
-        assert!(bus.unsubscribe(id));
-        assert!(!bus.unsubscribe(id));
-        bus.publish(CoreId(0), log("c"));
-        assert_eq!(*seen.lock().unwrap(), [0, 1]);
-        assert!(bus.unsubscribe(other));
-        assert_eq!(bus.events().len(), 3);
+        assert_eq!(*seen.lock().unwrap(), [1, 2]);
+        assert_eq!(*read.lock().unwrap(), 3);
     }
 
     #[test]

@@ -323,26 +323,17 @@ pub struct CollectiveEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
-    /// Something failed.
-    Error,
     /// Something is likely wrong.
     Warn,
     /// Progress worth knowing.
     Info,
-    /// Detail for debugging.
-    Debug,
-    /// Everything.
-    Trace,
 }
 
 impl fmt::Display for LogLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LogLevel::Error => "error",
             LogLevel::Warn => "warn",
             LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-            LogLevel::Trace => "trace",
         })
     }
 }

@@ -9,16 +9,16 @@ mod clock;
 mod event;
 pub mod fmt;
 mod logs;
+mod op_table;
 mod summary;
-mod table;
 mod trace;
 
-pub use bus::{EventBus, SubscriptionId, DEFAULT_CAPACITY};
+pub use bus::{EventBus, DEFAULT_CAPACITY};
 pub use event::{
     CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, EventTag, LimitAction, LogLevel,
     MemoryAction, MemoryEvent, OpEvent, TensorSig,
 };
 pub use logs::{LogFilter, Topic, TOPICS as LOG_TOPICS};
+pub use op_table::op_table;
 pub use summary::{OpTotal, Summary, TOP_OPS};
-pub use table::op_table;
 pub use trace::{chrome_trace, save_chrome_trace};

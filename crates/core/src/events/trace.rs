@@ -20,6 +20,7 @@ const HOST_PID: u32 = 1;
 const DEVICE_PID: u32 = 2;
 
 /// The Chrome trace of `events`: `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
+// One arm per event kind, each writing its slices: the trace format read in one place.
 pub fn chrome_trace(events: &[Event]) -> Value {
     let cores: BTreeSet<CoreId> = events.iter().map(|e| e.core).collect();
     let mut out = metadata(&cores);

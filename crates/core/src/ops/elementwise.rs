@@ -792,6 +792,7 @@ fn cast_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
 }
 
 /// The elementwise ops.
+// A table of OpDefs, one per op, not logic.
 pub fn defs() -> Vec<OpDef> {
     let mut defs = unary_float_defs();
     defs.push(OpDef {

@@ -351,6 +351,7 @@ static TRI_ATTRS: &[AttrSpec] = &[AttrSpec::new(
 )];
 
 /// The indexing ops.
+// A table of OpDefs, one per op, not logic.
 pub fn defs() -> Vec<OpDef> {
     let def = |name, doc, inputs, attrs, infer, exec| OpDef {
         name,

@@ -419,6 +419,7 @@ fn ce_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
 }
 
 /// The nn ops.
+// A table of OpDefs, one per op, not logic.
 pub fn defs() -> Vec<OpDef> {
     vec![
         OpDef {

@@ -311,6 +311,7 @@ fn var_cost(a: &MetaArgs, o: &[TensorMeta]) -> OpCost {
 }
 
 /// The reductions.
+// A table of OpDefs, one per op, not logic.
 pub fn defs() -> Vec<OpDef> {
     let def = |name, doc, attrs, infer, exec, cost, rowwise| OpDef {
         name,

@@ -113,13 +113,6 @@ impl Runtime {
         }
     }
 
-    /// Makes `core` the device for creation ops.
-    pub fn set_default_device(&mut self, core: CoreId) -> Result<()> {
-        self.check_core(core)?;
-        self.default_device = core;
-        Ok(())
-    }
-
     /// A tensor holding `buffer` with `shape` on `core`, accounted against its HBM quota.
     pub fn tensor_on(&self, core: CoreId, buffer: Buffer, shape: &[usize]) -> Result<Tensor> {
         self.check_core(core)?;

@@ -251,7 +251,7 @@ enum Owned {
     Trace { reason: String, recompile: bool },
     Lazy,
     Eager { first: bool, reason: String },
-    Fail(String),
+    Fail { first: bool, message: String },
 }
 
 /// Runs compiled function `index` on `inputs` (real tensors), returning real outputs.
@@ -268,7 +268,7 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
         Plan::Trace { reason, recompile } => Owned::Trace { reason, recompile },
         Plan::Lazy => Owned::Lazy,
         Plan::Eager { first, reason } => Owned::Eager { first, reason },
-        Plan::Fail(message) => Owned::Fail(message),
+        Plan::Fail { first, message } => Owned::Fail { first, message },
     };
     match plan {
         Owned::Hit(compiled, captured) => {
@@ -282,27 +282,22 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             let bound: Vec<&Tensor> = inputs.iter().chain(&captured).collect();
             Ok(compiled.program.run(&rt, core, &bound)?)
         }
-        Owned::Fail(message) => Err(Fail(ErrorCode::Op, message).into()),
-        Owned::Eager { first, reason } => {
+        Owned::Fail { first, message } => {
             if first {
                 rt.bus().publish(
                     core,
                     EventKind::RecompileLimit {
-                        function: name.clone(),
+                        function: name,
                         limit,
-                        action: LimitAction::RunEager,
+                        action: LimitAction::Fail,
                     },
                 );
-                rt.bus().publish(
-                    core,
-                    EventKind::Log {
-                        level: LogLevel::Warn,
-                        target: "recompiles".into(),
-                        message: format!(
-                            "'{name}' reached its recompile limit ({limit}); it runs eagerly from now on. Last reason: {reason}"
-                        ),
-                    },
-                );
+            }
+            Err(Fail(ErrorCode::Op, message).into())
+        }
+        Owned::Eager { first, reason } => {
+            if first {
+                announce_eager(c, &name, limit, &reason);
             }
             let results = enter(
                 c,
@@ -322,70 +317,123 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
             Ok(results)
         }
         Owned::Trace { reason, recompile } => {
-            let label = c.data().compile.functions[index].compile_label(recompile, &reason);
-            let args = start_function_trace(c, index, &inputs);
-            let results = match enter(c, fn_index, args) {
-                Ok(r) => r,
-                Err(e) => {
-                    abandon(
-                        c,
-                        &format!("an intermediate of '{name}', whose trace failed"),
-                    );
-                    return Err(e);
-                }
-            };
-            let state = c.data_mut();
-            if !state.compile.functions[index].breaks.is_empty() {
-                // The trace broke: finish it as a lazy run; later calls re-enter the guest.
-                let results = finish_lazy(
-                    c,
-                    results,
-                    &format!("graph of '{name}' after its last break"),
-                )?;
-                return Ok(results);
-            }
-            let mut active = state
-                .compile
-                .active
-                .take()
-                .expect("the trace is still active");
-            let outputs = results
-                .iter()
-                .map(|v| value_id(&mut active.recorder, v))
-                .collect::<HostResult<Vec<_>>>()?;
-            let n_args = inputs.len();
-            let (graph, bindings) = active.recorder.finish(&outputs);
-            abandon(
-                c,
-                &format!("an intermediate of '{name}': return it from the function to keep it"),
-            );
-            let programs = c.data().shared.programs.clone();
-            let (compiled, _) =
-                programs.get_or_compile(&rt, core, &graph, &name, &label, recompile, true)?;
-            let bound: Vec<&Tensor> = bindings.iter().collect();
-            let results = compiled.program.run(&rt, core, &bound)?;
-            let f = &mut c.data_mut().compile.functions[index];
-            let guards = signature.guards(&f.options.input_names).join("; ");
-            f.add(
-                Entry {
-                    signature,
-                    compiled: Arc::clone(&compiled),
-                    captured: bindings[n_args..].to_vec(),
-                },
+            let traced = Traced {
+                index,
+                signature,
+                reason,
                 recompile,
-            );
-            let version = f.entries.len();
-            rt.bus().publish(
-                core,
-                EventKind::Log {
-                    level: LogLevel::Info,
-                    target: "guards".into(),
-                    message: format!("'{name}' version {version}: {guards}"),
-                },
-            );
-            Ok(results)
+            };
+            trace_version(c, traced, &inputs)
         }
     }
+}
+
+/// The events of a function's first call past its recompile limit, when it runs eagerly.
+fn announce_eager(c: &mut Ctx, name: &str, limit: u32, reason: &str) {
+    let state = c.data();
+    let (bus, core) = (state.runtime.bus(), state.core);
+    bus.publish(
+        core,
+        EventKind::RecompileLimit {
+            function: name.to_string(),
+            limit,
+            action: LimitAction::RunEager,
+        },
+    );
+    bus.publish(
+        core,
+        EventKind::Log {
+            level: LogLevel::Warn,
+            target: "recompiles".into(),
+            message: format!(
+                "'{name}' reached its recompile limit ({limit}); it runs eagerly from now on. \
+                 Last reason: {reason}"
+            ),
+        },
+    );
+}
+
+/// A call that traces a new version of compiled function `index`.
+struct Traced {
+    index: usize,
+    signature: Signature,
+    reason: String,
+    recompile: bool,
+}
+
+/// Traces a new version of a compiled function on `inputs`, compiles or finds its program,
+/// runs it and adds the version; a trace that breaks finishes as a lazy run instead.
+fn trace_version(c: &mut Ctx, call: Traced, inputs: &[Tensor]) -> Result<Vec<Tensor>, CallError> {
+    let Traced {
+        index,
+        signature,
+        reason,
+        recompile,
+    } = call;
+    let (rt, core) = (c.data().runtime.clone(), c.data().core);
+    let f = &c.data().compile.functions[index];
+    let (name, fn_index) = (f.name.clone(), f.fn_index);
+    let label = f.compile_label(recompile, &reason);
+    let args = start_function_trace(c, index, inputs);
+    let results = match enter(c, fn_index, args) {
+        Ok(r) => r,
+        Err(e) => {
+            abandon(
+                c,
+                &format!("an intermediate of '{name}', whose trace failed"),
+            );
+            return Err(e);
+        }
+    };
+    let state = c.data_mut();
+    if !state.compile.functions[index].breaks.is_empty() {
+        // The trace broke: finish it as a lazy run; later calls re-enter the guest.
+        return finish_lazy(
+            c,
+            results,
+            &format!("graph of '{name}' after its last break"),
+        );
+    }
+    let mut active = state
+        .compile
+        .active
+        .take()
+        .expect("the trace is still active");
+    let outputs = results
+        .iter()
+        .map(|v| value_id(&mut active.recorder, v))
+        .collect::<HostResult<Vec<_>>>()?;
+    let n_args = inputs.len();
+    let (graph, bindings) = active.recorder.finish(&outputs);
+    abandon(
+        c,
+        &format!("an intermediate of '{name}': return it from the function to keep it"),
+    );
+    let programs = c.data().shared.programs.clone();
+    let (compiled, _) =
+        programs.get_or_compile(&rt, core, &graph, &name, &label, recompile, true)?;
+    let bound: Vec<&Tensor> = bindings.iter().collect();
+    let results = compiled.program.run(&rt, core, &bound)?;
+    let f = &mut c.data_mut().compile.functions[index];
+    let guards = signature.guards(&f.options.input_names).join("; ");
+    f.add(
+        Entry {
+            signature,
+            compiled: Arc::clone(&compiled),
+            captured: bindings[n_args..].to_vec(),
+        },
+        recompile,
+    );
+    let version = f.entries.len();
+    rt.bus().publish(
+        core,
+        EventKind::Log {
+            level: LogLevel::Info,
+            target: "guards".into(),
+            message: format!("'{name}' version {version}: {guards}"),
+        },
+    );
+    Ok(results)
 }
 
 /// Starts recording compiled function `index`: each input becomes a graph input of its own,

@@ -9,12 +9,12 @@
 //! - [`TensorStats`]: the statistics, computed in f64 over every element.
 //! - [`summary_html`]: the cell's event summary, one line per item.
 
+mod cell_summary;
 mod stats;
-mod summary;
 mod tensor;
 
+pub use cell_summary::summary_html;
 pub use stats::{Moments, TensorStats};
-pub use summary::summary_html;
 pub use tensor::{tensor_html, HTML_EDGE, MAX_ROWS};
 
 /// The font of every fragment: the notebook's monospace, so digits line up.

@@ -40,6 +40,7 @@ const LEGEND_COLUMNS: usize = 2;
 
 /// The timeline of `events` as an SVG document, or `None` when none of them did device work
 /// (or plotters failed, which writing to a string does not).
+// One chart, drawn in the order plotters needs (mesh, then series, then labels).
 pub fn render(events: &[Event]) -> Option<String> {
     let cores = lay_out(events);
     let span_s = span(&cores);

@@ -205,6 +205,7 @@ fn kind_counts(events: &[Event]) -> String {
 }
 
 /// `seq, kind, core, name, host, modeled, details` of one event.
+// One arm per event kind: the columns of %events read in one place.
 fn event_row(e: &Event) -> Vec<String> {
     let host = e.kind.host_us().map_or(String::new(), duration_us);
     let (name, modeled, details) = match &e.kind {

@@ -81,6 +81,8 @@ const SHOW_OPEN: &str = "neuronlab::__show!(";
 /// variables to declare (name and how), and the variables to keep at the end. An
 /// items-only cell runs nothing: the caller passes its items among `kept`, so they compile
 /// as they will be kept.
+// Writes the cell crate's one file top to bottom, keeping the user's line numbers: the
+// offsets it tracks would have to be threaded through every piece if split.
 pub fn generate(
     code: &str,
     parsed: &ParsedCell,

@@ -42,7 +42,7 @@ mod tests {
     use super::*;
     use crate::graph::Graph;
     use crate::passes::testing::{f32s, op};
-    use crate::passes::{elementwise, KernelPlan};
+    use crate::passes::{fuse_elementwise, KernelPlan};
     use neuronlab_core::ops::Attrs;
 
     #[test]
@@ -64,7 +64,7 @@ mod tests {
         let y2 = op(&mut g, "matmul", &[a, w2], Attrs::new());
         g.set_outputs(vec![y2]);
         let mut f = Fusion::new(&g);
-        elementwise::run(&mut f);
+        fuse_elementwise::run(&mut f);
         assert_eq!(f.kernel_count(), 3);
         run(&mut f);
         assert_eq!(f.kernel_count(), 2);
@@ -85,7 +85,7 @@ mod tests {
         let s = op(&mut g, "sum", &[y], Attrs::new());
         g.set_outputs(vec![r, s]);
         let mut f = Fusion::new(&g);
-        elementwise::run(&mut f);
+        fuse_elementwise::run(&mut f);
         run(&mut f);
         assert!(f.matmuls.is_empty());
     }

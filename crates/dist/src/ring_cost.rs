@@ -1,4 +1,4 @@
-//! The ring cost model of collectives (DESIGN.md section 6).
+//! The ring cost model of collectives: what each would take on the device (docs/cost-model.md).
 //!
 //! For a group of `n` ranks, a message of `S` bytes and a ring whose slowest link has
 //! bandwidth `B`, the modeled time is `transfer + steps * STEP_LATENCY_S` with:

@@ -93,12 +93,12 @@ mod tests {
     use super::*;
     use crate::graph::Graph;
     use crate::passes::testing::{f32s, op};
-    use crate::passes::{elementwise, KernelPlan};
+    use crate::passes::{fuse_elementwise, KernelPlan};
     use neuronlab_core::ops::Attrs;
 
     fn fuse(g: &Graph) -> Vec<KernelPlan> {
         let mut f = Fusion::new(g);
-        elementwise::run(&mut f);
+        fuse_elementwise::run(&mut f);
         run(&mut f);
         f.into_plans()
     }
