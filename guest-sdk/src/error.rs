@@ -173,11 +173,6 @@ impl Error {
         }
     }
 
-    /// The error for a negative status, with the host's message.
-    pub(crate) fn from_host(status: i32) -> Error {
-        Error::new(ErrorKind::from_code(status), crate::sys::last_error())
-    }
-
     /// Which error this is.
     ///
     /// # Example

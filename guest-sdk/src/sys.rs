@@ -140,7 +140,7 @@ fn check(status: i32) -> Result<i32> {
     if status >= 0 {
         Ok(status)
     } else {
-        Err(Error::from_host(status))
+        Err(host_error(status))
     }
 }
 
@@ -149,7 +149,7 @@ fn check64(status: i64) -> Result<i64> {
     if status >= 0 {
         Ok(status)
     } else {
-        Err(Error::from_host(i32::try_from(status).unwrap_or(i32::MIN)))
+        Err(host_error(i32::try_from(status).unwrap_or(i32::MIN)))
     }
 }
 
@@ -182,8 +182,13 @@ fn read_bytes(mut read: impl FnMut(*mut u8, i32) -> i32) -> std::result::Result<
     }
 }
 
+/// The error for a negative status, with the host's message.
+fn host_error(status: i32) -> Error {
+    Error::new(ErrorKind::from_code(status), last_error())
+}
+
 /// The host's message for the most recent error.
-pub(crate) fn last_error() -> String {
+fn last_error() -> String {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     match read_bytes(|ptr, cap| unsafe { ffi::last_error(ptr, cap) }) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -287,7 +292,7 @@ pub(crate) fn tensor_format(h: u32) -> Result<String> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::tensor_format(h, ptr, cap) })
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .map_err(Error::from_host)
+        .map_err(host_error)
 }
 
 /// Shows a tensor richly.
@@ -519,7 +524,7 @@ pub(crate) fn dist_describe(h: u32) -> Result<String> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::dist_describe(h, ptr, cap) })
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .map_err(Error::from_host)
+        .map_err(host_error)
 }
 
 /// Makes the session variable `name` refer to tensor `h` (the handle stays the guest's).
@@ -553,5 +558,5 @@ pub(crate) fn var_get_value(name: &str) -> Result<String> {
     // writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::var_get_value(name.as_ptr(), name_len, ptr, cap) })
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .map_err(Error::from_host)
+        .map_err(host_error)
 }

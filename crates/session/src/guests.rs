@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use wasmtime::ValType;
 
+use super::convert::{CellColumns, OutputConverter};
 use super::launch::RunRequest;
 use super::rust_cell::build::{self, BuildFailure, UserSources};
 use super::rust_cell::codegen::{self, KeptItem, Restore};
@@ -14,7 +15,7 @@ use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
 use crate::toolchain::Toolchain;
 use neuronlab_dist::World;
 use neuronlab_sandbox::var_store::Var;
-use neuronlab_sandbox::{Guest, GuestError, GuestErrorKind, GuestModule, GuestOutput};
+use neuronlab_sandbox::{Guest, GuestError, GuestModule};
 
 /// A module loaded with `%load` or defined by a `%%wat` cell, with its live instance, so
 /// `%run` calls keep the instance's state.
@@ -25,155 +26,6 @@ pub struct LoadedModule {
     pub guest: Guest,
     /// Its callable exports with their parameter types.
     pub exports: Vec<(String, Vec<ValType>)>,
-}
-
-/// How the columns of the generated cell file differ from the user's: the declarations added
-/// to the first line, and the `__show!(` before the final expression.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct CellColumns {
-    header_chars: usize,
-    show: Option<(usize, usize, usize)>,
-}
-
-impl CellColumns {
-    fn of(map: &codegen::SourceMap) -> CellColumns {
-        CellColumns {
-            header_chars: map.header_chars,
-            show: map.show,
-        }
-    }
-
-    /// The user's column of column `col` on line `line` of the generated file.
-    fn user_column(&self, line: usize, col: usize) -> usize {
-        let mut col = col;
-        if line == 1 {
-            col = col.saturating_sub(self.header_chars);
-        }
-        if let Some((show_line, show_col, width)) = self.show {
-            if line == show_line && col >= show_col + width {
-                col -= width;
-            }
-        }
-        col.max(1)
-    }
-}
-
-/// `text` with every `src/cell.rs:L:C` (a panic's or `dbg!`'s location) written as the
-/// user's `cell[N]:L:C`.
-fn user_locations(text: &str, cell: u32, columns: Option<CellColumns>) -> String {
-    const FILE: &str = "src/cell.rs:";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(FILE) {
-        out.push_str(&rest[..at]);
-        rest = &rest[at + FILE.len()..];
-        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let line_len = digits(rest);
-        let line: Option<usize> = rest[..line_len].parse().ok();
-        let col_text = rest[line_len..].strip_prefix(':');
-        match (line, col_text, columns) {
-            (Some(line), Some(after), Some(columns)) if digits(after) > 0 => {
-                let col_len = digits(after);
-                let col: usize = after[..col_len].parse().unwrap_or(1);
-                out.push_str(&format!(
-                    "cell[{cell}]:{line}:{}",
-                    columns.user_column(line, col)
-                ));
-                rest = &after[col_len..];
-            }
-            _ => out.push_str(&format!("cell[{cell}]:")),
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Turns guest output into cell outputs: locations in the cell's file become `cell[N]:L:C`,
-/// and the output after a result marker is the cell's result.
-pub(super) struct OutputConverter {
-    cell: u32,
-    columns: Option<CellColumns>,
-    result_next: bool,
-    /// The display id (and whether it is an update) the next display goes to.
-    display_id_next: Option<(String, bool)>,
-    /// The last line on stderr that explains a failure (`error: ...`, `panicked at ...`).
-    last_failure: Option<String>,
-}
-
-impl OutputConverter {
-    pub(super) fn new(cell: u32, columns: Option<CellColumns>) -> OutputConverter {
-        OutputConverter {
-            cell,
-            columns,
-            result_next: false,
-            display_id_next: None,
-            last_failure: None,
-        }
-    }
-
-    pub(super) fn convert(&mut self, output: GuestOutput) -> Option<Output> {
-        let (cell, columns) = (self.cell, self.columns);
-        let rename = |text: String| user_locations(&text, cell, columns);
-        Some(match output {
-            GuestOutput::Stdout(text) => Output::Stdout(rename(text)),
-            GuestOutput::Stderr(text) => {
-                let text = rename(text);
-                if let Some(line) = text
-                    .lines()
-                    .rev()
-                    .find(|l| l.starts_with("error: ") || l.starts_with("panicked at"))
-                {
-                    self.last_failure = Some(line.to_string());
-                }
-                Output::Stderr(text)
-            }
-            GuestOutput::ResultNext => {
-                self.result_next = true;
-                return None;
-            }
-            GuestOutput::DisplayIdNext { id, update } => {
-                self.display_id_next = Some((id, update));
-                return None;
-            }
-            GuestOutput::ClearOutput { wait } => Output::ClearOutput { wait },
-            GuestOutput::Tensor(t) => self.shown(MimeBundle::tensor(&t)),
-            GuestOutput::Plot(p) => self.shown(MimeBundle::plot(&p)),
-            GuestOutput::Display { mime, data } => {
-                let data = String::from_utf8_lossy(&data).into_owned();
-                let bundle = if mime == "text/plain" {
-                    MimeBundle::text(data)
-                } else {
-                    MimeBundle::text(format!("<{mime}: shown where the front end can>"))
-                        .with(&mime, data)
-                };
-                self.shown(bundle)
-            }
-        })
-    }
-
-    fn shown(&mut self, bundle: MimeBundle) -> Output {
-        let id = self.display_id_next.take();
-        if std::mem::take(&mut self.result_next) {
-            return Output::Result(bundle);
-        }
-        match id {
-            Some((id, update)) => Output::DisplayWithId { id, bundle, update },
-            None => Output::Display(bundle),
-        }
-    }
-
-    /// The error to report for a failed guest call.
-    fn error(&self, e: &GuestError) -> CellError {
-        let evalue = match (&self.last_failure, e.kind) {
-            (Some(line), GuestErrorKind::Trap) => line.clone(),
-            _ => e.message.clone(),
-        };
-        CellError {
-            ename: e.kind.name().to_string(),
-            evalue,
-            traceback: vec![e.to_string()],
-        }
-    }
 }
 
 /// What a Rust cell's crate holds besides the cell: kept items, variables restored from the
@@ -580,24 +432,5 @@ impl Session {
     /// Forgets loaded modules (for `%reset`).
     pub(super) fn clear_modules(&mut self) {
         self.modules.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn panic_locations_become_the_users_cell_line_and_column() {
-        let columns = CellColumns {
-            header_chars: 100,
-            show: Some((3, 1, 19)),
-        };
-        let text = "panicked at src/cell.rs:3:21: index out of bounds\n[src/cell.rs:1:109] x = 2";
-        assert_eq!(
-            user_locations(text, 6, Some(columns)),
-            "panicked at cell[6]:3:2: index out of bounds\n[cell[6]:1:9] x = 2"
-        );
-        assert_eq!(user_locations("at src/cell.rs:", 2, None), "at cell[2]:");
     }
 }

@@ -10,7 +10,7 @@ use neuronlab_sandbox::spmd::{
 };
 use neuronlab_sandbox::ModuleSource;
 
-use super::guests::OutputConverter;
+use super::convert::OutputConverter;
 use super::{CellError, Output, Running, Session};
 
 /// What to run.

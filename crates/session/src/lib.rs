@@ -19,6 +19,7 @@ pub mod toolchain;
 
 pub mod cell;
 pub mod complete;
+mod convert;
 pub mod display;
 pub mod guests;
 pub mod launch;
@@ -212,7 +213,7 @@ pub struct Session {
     interrupter: Interrupter,
     router: router::OutputRouter,
     /// The column shifts of the cell just built, for the locations its run prints.
-    cell_columns: Option<guests::CellColumns>,
+    cell_columns: Option<convert::CellColumns>,
     /// The event sequence numbers of the last cell: `[start, end)`.
     last_cell_events: (u64, u64),
     /// `(function, explanation)` of the functions the last cell compiled.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use neuronlab_sandbox::{GuestOutput, OutputSink};
 
-use super::guests::OutputConverter;
+use super::convert::OutputConverter;
 use super::Output;
 
 /// One item on the way to the front end.

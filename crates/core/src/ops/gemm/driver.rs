@@ -9,13 +9,10 @@ use rayon::prelude::*;
 
 use super::elem::Elem;
 use super::kernel::{tile_rows, TileOut, MR, NR};
-use super::pack::{pack_a, pack_b, PackBuf};
+use super::pack::{pack_a, pack_b, PackBuf, KC};
 use super::{available, Job, MatRef};
 use crate::cancel::Token;
 
-/// Steps of k per packed block: a packed sliver of `a` (`KC * MR` f32s, 18 KiB) fits in L1
-/// beside the stream of `b`.
-pub(super) const KC: usize = 384;
 /// Columns of `b` per packed block: `KC * NB` f32s (1.1 MiB) stay in L2 while every sliver of
 /// `a` passes over them.
 pub(super) const NB: usize = 768;

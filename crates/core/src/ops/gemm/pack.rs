@@ -14,10 +14,13 @@ use std::arch::x86_64::{
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use super::driver::KC;
 use super::elem::Elem;
 use super::kernel::{MR, NR};
 use super::MatRef;
+
+/// Steps of k per packed block: a packed sliver of `a` (`KC * MR` f32s, 18 KiB) fits in L1
+/// beside the stream of `b`.
+pub(super) const KC: usize = 384;
 
 /// One cache line of f32s; packed buffers are made of them so every packed vector is aligned.
 #[derive(Clone, Copy)]
