@@ -18,8 +18,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::driver::{gemm, MB, NB};
-use super::pack::KC;
 use super::kernel::{MR, NR};
+use super::pack::KC;
 use super::{available, gemm_vec, Elem, Job, MatRef};
 use crate::cancel::{with_token, Cancelled};
 use crate::testing::SplitMix64 as Rng;
