@@ -9,7 +9,7 @@
 //! - [`control`]: interrupt and shutdown while a cell runs;
 //! - [`outbox`]: the ordered queue of outgoing messages, with stream batching;
 //! - [`handlers`]: the replies, one module per message family;
-//! - [`history`]: the input history, kept across restarts;
+//! - [`history_store`]: the input history, kept across restarts;
 //! - [`install`] and [`logo`]: the kernelspec.
 
 #![warn(missing_docs)]

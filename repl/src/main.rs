@@ -1,5 +1,6 @@
 //! `neuronlab`: the command-line front end. With no subcommand it is the REPL; each
-//! subcommand is a thin layer over `neuronlab-runtime`; the logic lives there.
+//! subcommand is a thin layer over the session engine (`neuronlab-session`) and the library
+//! crates under it; the logic lives there.
 
 mod bench;
 mod demo;

@@ -5,8 +5,8 @@
 //! A [`Recorder`] holds one pending graph. Real tensors that enter it become graph inputs
 //! bound to those tensors. [`Recorder::flush`] compiles the pending graph (or finds it in the
 //! session's [`ProgramCache`] by its canonical hash), runs it on the bound tensors, and returns
-//! the real values of the requested outputs. The cache keeps programs in memory and, for a
-//! runtime made from the environment, on disk too (see [`super::disk`]).
+//! the real values of the requested outputs. The cache keeps programs in memory and, when it
+//! has a folder (a session from the environment has one), on disk too (see [`super::disk`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

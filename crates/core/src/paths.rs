@@ -52,7 +52,7 @@ pub enum CacheDir {
 }
 
 impl CacheDir {
-    /// Every cache folder, in the order `%cache` lists them.
+    /// Every cache folder.
     pub const ALL: [CacheDir; 5] = [
         CacheDir::Modules,
         CacheDir::Programs,

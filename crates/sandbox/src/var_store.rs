@@ -3,8 +3,8 @@
 //!
 //! A [`VarStore`] maps names to [`Var`]s. It belongs to a session: every guest instance of the
 //! session (each cell, each rank of a launch) holds the same `Arc<VarStore>`, and the guest's
-//! `var_*` imports read and write it. A plain `neuronlab run` gives its run a store of its own,
-//! which ends with the run.
+//! `var_*` imports read and write it. `neuronlab run` runs in a session of its own, so its store
+//! ends with the run.
 //!
 //! A variable is one of:
 //!

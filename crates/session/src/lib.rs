@@ -8,10 +8,14 @@
 //! - [`cell`]: what kind of cell a text is (Rust, line magics, a cell magic).
 //! - [`complete`]: completion, inspection and `is_complete` of text being written.
 //! - [`rust_cell`]: a Rust cell becomes a guest crate (parse, generate, build, map errors).
-//! - [`guests`]: running modules: built cells, `%%wat` cells, `%load`ed modules, SPMD.
+//! - [`guests`]: running modules: built cells, `%%wat` cells, `%load`ed modules, `%spmd`.
+//! - [`launch`]: a module as N ranks, for `%spmd` and `neuronlab run`.
 //! - [`magics`]: the `%` commands, their help and their completion, from one table.
 //! - [`display`]: the HTML of tensors and of the cell's event summary.
-//! - [`output`]: what a cell produces.
+//! - [`output`]: what a cell produces, and how its error is shaped for the front ends.
+//! - [`toolchain`]: the wasm32 toolchain that builds Rust cells and experiments.
+//! - `convert.rs` turns guest output into outputs; `router.rs` carries it, and log lines, from
+//!   the threads that produce it to the cell.
 
 #![deny(missing_docs)]
 

@@ -1,7 +1,7 @@
 //! The session engine driven directly, without a toolchain: `%%wat` cells, `%load` and `%run`
 //! of the WAT fixtures, an interrupt from another thread, and every magic with good and bad
 //! arguments. After each failure the next cell runs and the variables and their tensors are
-//! intact. (Rust cells need a wasm32 toolchain and are tested with the REPL.)
+//! intact. (Rust cells need a wasm32 toolchain: tests/rust_cells.rs.)
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,8 +3,9 @@
 //! Every number here is either quoted from the AWS Neuron SDK documentation (the page is named
 //! next to it: `trainium2.rst`, `neuron-core-v3.rst`, `trn2-arch.rst`,
 //! `logical-neuroncore-config.rst`, `trainium.rst`, `neuron-core-v2.rst`, `trn1-arch.rst`), or
-//! it is a **model assumption**, labelled as such with its reasoning. No other module invents a
-//! hardware number: per-core figures are derived from these by [`super::Topology`].
+//! it is a **model assumption**, labelled as such with its reasoning. Per-core figures are derived
+//! from these by [`super::Topology`]; the only other hardware figure, the per-step latency of a
+//! collective (`neuronlab_dist::ring_cost`), is a labelled model assumption too.
 //!
 //! Derivation rule: the figures are published per chip, while the simulator schedules work per
 //! *logical* NeuronCore. A logical core gets the chip figure divided by the logical cores per

@@ -1,5 +1,5 @@
 //! The event types. Every kind is declared here, so views are written once against the full
-//! set even before every producer exists.
+//! set.
 //!
 //! Serialized flat, with the kind as a tag: `{"seq": 3, "ts_us": 12.5, "core": 0,
 //! "kind": "op", "name": "matmul", ...}`.

@@ -1,6 +1,6 @@
 //! Terminal logs by topic, as `TORCH_LOGS`: `NEURONLAB_LOGS=recompiles,graph_breaks` prints
 //! each matching event as one line while it happens. [`TOPICS`] is the one table of topics:
-//! parsing, the events each selects, and the documentation all read it.
+//! parsing and the events each selects read it.
 
 use super::event::{CacheSource, Event, EventKind, MemoryAction};
 use super::fmt::{bytes, duration, duration_us};

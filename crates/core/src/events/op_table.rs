@@ -1,4 +1,4 @@
-//! Plain-text tables of op events: what `neuronlab demo` prints and `%events` will show.
+//! A plain-text table of op events: what `neuronlab demo` prints.
 
 use super::fmt::duration_us;
 use super::{Event, EventKind};
