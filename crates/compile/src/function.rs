@@ -55,10 +55,15 @@ impl CompileOptions {
             ));
         }
         let names = a.str("input_names");
+        let flag = |name: &str| match a.int(name) {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(format!("option '{name}' is {other}: give 0 or 1")),
+        };
         Ok(CompileOptions {
             recompile_limit: limit as u32,
-            fail_on_recompile: a.int("fail_on_recompile") != 0,
-            fullgraph: a.int("fullgraph") != 0,
+            fail_on_recompile: flag("fail_on_recompile")?,
+            fullgraph: flag("fullgraph")?,
             input_names: if names.is_empty() {
                 Vec::new()
             } else {
@@ -289,5 +294,7 @@ mod tests {
         let e = CompileOptions::from_attrs(&Attrs::new().with("dynamic", 1)).unwrap_err();
         assert!(e.contains("unknown attribute 'dynamic'"), "{e}");
         assert!(CompileOptions::from_attrs(&Attrs::new().with("recompile_limit", -1)).is_err());
+        let e = CompileOptions::from_attrs(&Attrs::new().with("fullgraph", 7)).unwrap_err();
+        assert_eq!(e, "option 'fullgraph' is 7: give 0 or 1");
     }
 }

@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use wasmtime::{
-    Config, Engine, Extern, Func, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
-    Trap, UpdateDeadline, Val, ValType, WasmBacktrace,
+    Config, Engine, Extern, ExternType, Func, FuncType, Instance, Linker, Module, Store,
+    StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline, Val, ValType, WasmBacktrace,
 };
 
 use super::abi::{self, context::GuestState};
@@ -188,23 +188,54 @@ impl Sandbox {
         self.load(&name, &bytes)
     }
 
+    /// Checks what the module asks of the host before anything runs: every import is one of
+    /// the ABI's with the signature the host provides, and the module exports its linear
+    /// memory as `memory`, which every pointer argument refers to.
     fn check_imports(&self, name: &str, module: &Module) -> Result<(), GuestError> {
-        let unknown: Vec<String> = module
-            .imports()
-            .filter(|i| i.module() != abi::MODULE || abi::import(i.name()).is_none())
-            .map(|i| format!("{}::{}", i.module(), i.name()))
-            .collect();
-        if unknown.is_empty() {
-            return Ok(());
+        let link_error = |message: String| GuestError::new(GuestErrorKind::Link, message);
+        let mut unknown = Vec::new();
+        for i in module.imports() {
+            let provided = (i.module() == abi::MODULE)
+                .then(|| abi::import(i.name()))
+                .flatten();
+            let Some(provided) = provided else {
+                unknown.push(format!("{}::{}", i.module(), i.name()));
+                continue;
+            };
+            let declared = match i.ty() {
+                ExternType::Func(f) => signature_text(&f),
+                other => format!("a {}", extern_kind(&other)),
+            };
+            if declared != provided.signature() {
+                return Err(link_error(format!(
+                    "{name} declares the import `{}` as {declared}, but the host provides it as \
+                     {}; rebuild the guest against the SDK of ABI {ABI_MAJOR}.{ABI_MINOR} \
+                     (guest-sdk/ABI.md)",
+                    i.name(),
+                    provided.signature()
+                )));
+            }
         }
-        Err(GuestError::new(
-            GuestErrorKind::Link,
-            format!(
+        if !unknown.is_empty() {
+            return Err(link_error(format!(
                 "{name} imports what this host does not provide: {}. A guest may import only \
                  the `neuronlab` functions listed in guest-sdk/ABI.md (ABI {ABI_MAJOR}.{ABI_MINOR})",
                 unknown.join(", ")
-            ),
-        ))
+            )));
+        }
+        match module.get_export("memory") {
+            Some(ExternType::Memory(_)) => Ok(()),
+            Some(other) => Err(link_error(format!(
+                "{name} exports `memory` as a {}, but it must be the module's linear memory, \
+                 which every pointer passed to the host refers to (guest-sdk/ABI.md)",
+                extern_kind(&other)
+            ))),
+            None => Err(link_error(format!(
+                "{name} does not export its linear memory as `memory`, which every pointer \
+                 passed to the host refers to; export it (Rust and C toolchains do by default, \
+                 see guest-sdk/ABI.md)"
+            ))),
+        }
     }
 
     /// Instantiates `module` on `runtime` as a world of one rank, creating tensors on `core`,
@@ -262,11 +293,12 @@ impl Sandbox {
         let linker = &self.linker;
         let wasm = &module.module;
         let stack = limits.host_stack_bytes;
+        let limits_ref = &limits;
         let (store, instance) = on_guest_thread(stack, move || {
             store.data_mut().call_started = Instant::now();
             let instance = linker
                 .instantiate(&mut store, wasm)
-                .map_err(|e| classify(e, "instantiating", limits.memory_bytes))?;
+                .map_err(|e| classify(e, "instantiating", limits_ref))?;
             Ok((store, instance))
         })??;
         let mut guest = Guest {
@@ -278,6 +310,36 @@ impl Sandbox {
         };
         guest.check_abi_version()?;
         Ok(guest)
+    }
+}
+
+/// What an `unreachable` trap says. A Rust guest traps this way when it panics or returns an
+/// error, after printing why; the note saying so is added only when the guest did print.
+const ABORTED: &str = "the guest aborted (an `unreachable` instruction)";
+
+/// A function type as ABI.md writes signatures: `(i32, i32) -> i32`.
+fn signature_text(f: &FuncType) -> String {
+    let names = |types: &mut dyn Iterator<Item = ValType>| -> Vec<String> {
+        types.map(|t| t.to_string()).collect()
+    };
+    let params = names(&mut f.params());
+    let results = names(&mut f.results());
+    let result = match results.as_slice() {
+        [] => "()".to_string(),
+        [one] => one.clone(),
+        many => format!("({})", many.join(", ")),
+    };
+    format!("({}) -> {result}", params.join(", "))
+}
+
+/// What kind of thing an import or export is, for messages.
+fn extern_kind(ty: &ExternType) -> &'static str {
+    match ty {
+        ExternType::Func(_) => "function",
+        ExternType::Global(_) => "global",
+        ExternType::Table(_) => "table",
+        ExternType::Memory(_) => "memory",
+        ExternType::Tag(_) => "tag",
     }
 }
 
@@ -313,7 +375,7 @@ fn on_guest_thread<R: Send>(stack: usize, f: impl FnOnce() -> R + Send) -> Resul
 }
 
 /// Turns a wasmtime error into a [`GuestError`] with the trap kind and the wasm backtrace.
-fn classify(e: wasmtime::Error, doing: &str, memory_limit: usize) -> GuestError {
+fn classify(e: wasmtime::Error, doing: &str, limits: &Limits) -> GuestError {
     let backtrace = e
         .downcast_ref::<WasmBacktrace>()
         .map(|bt| {
@@ -340,22 +402,29 @@ fn classify(e: wasmtime::Error, doing: &str, memory_limit: usize) -> GuestError 
         let kind = GuestErrorKind::Trap;
         let msg = match trap {
             Trap::StackOverflow => "stack overflow: the guest recursed too deeply".to_string(),
-            Trap::UnreachableCodeReached => {
-                "the guest aborted (an `unreachable` instruction; a Rust guest panicked or \
-                 returned an error: its message is on stderr above)"
-                    .to_string()
-            }
+            Trap::UnreachableCodeReached => ABORTED.to_string(),
             other => format!("wasm trap: {other}"),
         };
         (kind, msg)
     } else {
         let text = format!("{e:#}");
-        if text.contains("memory") && (text.contains("limit") || text.contains("grow")) {
+        let grew = text.contains("limit") || text.contains("grow");
+        if text.contains("memory") && grew {
             (
                 GuestErrorKind::ResourceLimit,
                 format!(
                     "the guest's linear memory would exceed its limit of {} MiB ({})",
-                    memory_limit >> 20,
+                    limits.memory_bytes >> 20,
+                    e.root_cause()
+                ),
+            )
+        } else if text.contains("table") && grew {
+            (
+                GuestErrorKind::ResourceLimit,
+                format!(
+                    "the guest's table would exceed its limit of {} elements ({}); a guest \
+                     that needs more is not one this sandbox runs",
+                    limits.table_elements,
                     e.root_cause()
                 ),
             )
@@ -433,14 +502,23 @@ impl Guest {
         self.interrupt.0.store(false, Ordering::SeqCst);
         let store = &mut self.store;
         store.data_mut().call_started = Instant::now();
-        let memory_limit = self.limits.memory_bytes;
+        store.data_mut().wrote_stderr = false;
+        let limits = self.limits.clone();
         // The guest thread carries the interrupt flag as its cancel token, so every host op
         // the guest calls can be cancelled without setting a token per call.
         let token = self.interrupt.0.clone();
         let result = on_guest_thread(self.limits.host_stack_bytes, move || {
             neuronlab_core::cancel::with_token(token, || f(store))
         })?
-        .map_err(|e| classify(e, "running the guest", memory_limit));
+        .map_err(|e| classify(e, "running the guest", &limits));
+        let result = result.map_err(|mut e| {
+            if e.message == ABORTED && self.store.data().wrote_stderr {
+                e.message.push_str(
+                    "; a Rust guest panicked or returned an error: its message is on stderr above",
+                );
+            }
+            e
+        });
         if let Err(e) = &result {
             self.publish_stop(e);
         }

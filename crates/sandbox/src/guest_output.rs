@@ -67,7 +67,13 @@ impl GuestOutput {
             )),
         };
         Ok(match mime.as_str() {
-            RESULT_MIME => GuestOutput::ResultNext,
+            RESULT_MIME if data.is_empty() => GuestOutput::ResultNext,
+            RESULT_MIME => {
+                return Err(format!(
+                    "a result request takes no data, got {} bytes; display the value next",
+                    data.len()
+                ))
+            }
             DISPLAY_ID_MIME => GuestOutput::DisplayIdNext {
                 id: id(data)?,
                 update: false,

@@ -4,6 +4,9 @@
 //! Layout (see guest-sdk/ABI.md): bits 0..20 hold the slot (never 0), bits 20..31 a tag, the
 //! slot's generation plus a per-table salt. Bit 31 stays 0 so a handle is a positive `i32`,
 //! never mistaken for an error status.
+//!
+//! A slot is retired after its last generation, before its tag could repeat, so a handle is
+//! never issued twice in one table: a table issues at most [`MAX_HANDLES`] times 2048 handles.
 
 const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
@@ -11,6 +14,9 @@ const TAG_MASK: u32 = (1 << 11) - 1;
 
 /// The most live handles one table holds.
 pub const MAX_HANDLES: usize = SLOT_MASK as usize;
+
+/// Generations per slot: one per tag value.
+const GENERATIONS: u32 = TAG_MASK + 1;
 
 struct Slot<T> {
     generation: u32,
@@ -26,8 +32,11 @@ pub enum HandleError {
     Unknown(u32),
     /// The slot exists but the tag does not match: freed, stale, or from another instance.
     Stale(u32),
-    /// The table is full.
+    /// The table holds [`MAX_HANDLES`] live values.
     Full,
+    /// Every slot has issued all its handles: the instance has made too many tensors over
+    /// its life.
+    Exhausted,
 }
 
 impl std::fmt::Display for HandleError {
@@ -39,7 +48,15 @@ impl std::fmt::Display for HandleError {
                 f,
                 "handle {h:#x} is not live: it was freed, or it belongs to another instance"
             ),
-            HandleError::Full => write!(f, "too many live tensors ({MAX_HANDLES}); drop some"),
+            HandleError::Full => write!(
+                f,
+                "too many live handles ({MAX_HANDLES}); drop tensors you no longer need"
+            ),
+            HandleError::Exhausted => write!(
+                f,
+                "this instance has issued every handle it can ({MAX_HANDLES} slots x \
+                 {GENERATIONS}); run the work in a new instance (a new cell or run)"
+            ),
         }
     }
 }
@@ -82,7 +99,8 @@ impl<T> HandleTable<T> {
                 });
                 (self.slots.len() - 1) as u32
             }
-            None => return Err(HandleError::Full),
+            None if self.live == MAX_HANDLES => return Err(HandleError::Full),
+            None => return Err(HandleError::Exhausted),
         };
         let entry = &mut self.slots[slot as usize];
         entry.value = Some(value);
@@ -126,12 +144,15 @@ impl<T> HandleTable<T> {
         self.slots.iter_mut().filter_map(|s| s.value.as_mut())
     }
 
-    /// Frees a handle; its slot's next handle gets a new tag.
+    /// Frees a handle; its slot's next handle gets a new tag, or the slot retires when
+    /// every tag has been used.
     pub fn remove(&mut self, handle: u32) -> Result<T, HandleError> {
         let slot = self.resolve(handle)?;
         let entry = &mut self.slots[slot];
-        entry.generation = entry.generation.wrapping_add(1);
-        self.free.push(slot as u32);
+        entry.generation += 1;
+        if entry.generation < GENERATIONS {
+            self.free.push(slot as u32);
+        }
         self.live -= 1;
         Ok(entry.value.take().expect("resolve checks liveness"))
     }
@@ -145,6 +166,32 @@ impl<T> HandleTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_retires_before_its_tag_repeats_so_no_stale_handle_resolves() {
+        let mut table = HandleTable::new(0x123);
+        let first = table.insert(0u32).unwrap();
+        table.remove(first).unwrap();
+        // The same slot, reused for every generation it has, then a new slot: exactly the
+        // 2048th reuse is where an 11-bit tag would come back round to `first`.
+        let mut issued = vec![first];
+        for i in 1..=2 * GENERATIONS {
+            let h = table.insert(i).unwrap();
+            assert_eq!(
+                table.get(first).err(),
+                Some(HandleError::Stale(first)),
+                "cycle {i}"
+            );
+            assert!(
+                !issued.contains(&h),
+                "handle {h:#x} issued twice, at cycle {i}"
+            );
+            issued.push(h);
+            table.remove(h).unwrap();
+        }
+        let slots: std::collections::BTreeSet<u32> = issued.iter().map(|h| h & SLOT_MASK).collect();
+        assert_eq!(slots.len(), 3, "one slot per 2048 handles");
+    }
 
     #[test]
     fn handles_are_positive_i32s_for_every_salt() {

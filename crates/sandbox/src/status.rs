@@ -36,8 +36,16 @@ pub(crate) struct Fail(pub(crate) ErrorCode, pub(crate) String);
 pub(crate) type HostResult<T> = Result<T, Fail>;
 
 impl From<HandleError> for Fail {
+    /// A bad handle is `ERR_HANDLE`; running out of handles is a limit, `ERR_MEMORY`, like
+    /// every other quota a guest can exhaust.
     fn from(e: HandleError) -> Fail {
-        Fail(ErrorCode::Handle, e.to_string())
+        let code = match e {
+            HandleError::Full | HandleError::Exhausted => ErrorCode::Memory,
+            HandleError::Null | HandleError::Unknown(_) | HandleError::Stale(_) => {
+                ErrorCode::Handle
+            }
+        };
+        Fail(code, e.to_string())
     }
 }
 

@@ -216,10 +216,15 @@ fn wat_cells_run_and_stay_loaded_for_run() {
         "the last module loaded"
     );
     assert_eq!(s.execution_count(), 3);
-    fails(&mut s, concat!(
-            "%%wat\n(module (func (export \"neuronlab_abi_version\") (result i32) i32.const 0x10000)\n",
+    fails(
+        &mut s,
+        concat!(
+            "%%wat\n(module (memory (export \"memory\") 1)\n",
+            "(func (export \"neuronlab_abi_version\") (result i32) i32.const 0x10000)\n",
             "(func (export \"run\") unreachable))"
-        ), "GuestTrap");
+        ),
+        "GuestTrap",
+    );
     fails(&mut s, "%%wat\n(module (oops", "LoadError");
     fails(&mut s, "%run wat1.nothing", "MissingEntry");
     fails(&mut s, "%run nope.run", "MagicError");

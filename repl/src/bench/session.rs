@@ -83,6 +83,7 @@ fn cells(s: &mut Session, code: &str, iters: usize) -> Result<Vec<f64>, String> 
 fn wat_cell(value: i64) -> String {
     format!(
         "%%wat\n(module\n  \
+         (memory (export \"memory\") 1)\n  \
          (global $n (mut i32) (i32.const 0))\n  \
          (func (export \"neuronlab_abi_version\") (result i32) (i32.const 0x10000))\n  \
          (func (export \"run\") (result i32) (i32.const {value}))\n  \

@@ -51,6 +51,22 @@ pub enum MemoryError {
         /// The host cap.
         limit: u64,
     },
+    /// A tensor, or a view, describes more than this host could ever hold: more elements
+    /// than 64 bits count, or more bytes than the host cap even in the densest form a kernel
+    /// may make of it (f64, 8 bytes an element).
+    #[error(
+        "{shape} has {elements} elements: more than this host could ever materialize under its \
+         {} limit ({HOST_MEM_LIMIT_VAR}); nothing this large can exist, even as a view",
+        bytes(*limit)
+    )]
+    TooLarge {
+        /// The shape, as `f32[2, 3]`.
+        shape: String,
+        /// Its element count, in words (it may not fit in 64 bits).
+        elements: String,
+        /// The host cap.
+        limit: u64,
+    },
     /// The core is not one this process sees.
     #[error(transparent)]
     UnknownCore(#[from] TopologyError),

@@ -355,14 +355,6 @@ fn resolve_one(spec: &AttrSpec, given: Option<&AttrValue>) -> Result<Resolved, S
             x.parse()
                 .map_err(|e| format!("attribute '{}': {e}", spec.name))?,
         ),
-        (AttrKind::DType, AttrValue::Int(x)) => Resolved::DType(
-            u32::try_from(*x)
-                .ok()
-                .and_then(DType::from_code)
-                .ok_or_else(|| {
-                    format!("attribute '{}': {x} is not a dtype code (0..=7)", spec.name)
-                })?,
-        ),
         (_, v) => return Err(wrong(v)),
     };
     Ok(r)
@@ -412,6 +404,7 @@ mod tests {
         assert!(e.contains("expects int"), "{e}");
         let e = ResolvedAttrs::resolve(SPECS, &Attrs::new().with("shape", 1).with("dtype", 99))
             .unwrap_err();
-        assert!(e.contains("not a dtype code"), "{e}");
+        // Dtypes are passed by name (ABI.md); a number is not a dtype.
+        assert!(e.contains("attribute 'dtype' expects dtype, got 99"), "{e}");
     }
 }

@@ -185,7 +185,12 @@ fn infer_cat(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
                 m.shape, first.shape
             ));
         }
-        shape[d] += m.shape[d];
+        shape[d] = shape[d].checked_add(m.shape[d]).ok_or_else(|| {
+            format!(
+                "dim {d} of the result overflows: {} + {}",
+                shape[d], m.shape[d]
+            )
+        })?;
     }
     Ok(vec![TensorMeta::new(shape, promoted_all(a.inputs))])
 }
@@ -279,8 +284,13 @@ fn infer_pad(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
         .shape
         .iter()
         .zip(pads(a)?)
-        .map(|(&d, (b, e))| d + b + e)
-        .collect();
+        .enumerate()
+        .map(|(k, (&d, (b, e)))| {
+            d.checked_add(b)
+                .and_then(|n| n.checked_add(e))
+                .ok_or_else(|| format!("dim {k} padded by ({b}, {e}) overflows"))
+        })
+        .collect::<Result<_, String>>()?;
     Ok(vec![TensorMeta::new(shape, x.dtype)])
 }
 

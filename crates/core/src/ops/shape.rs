@@ -5,7 +5,7 @@
 use super::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use super::common::{free_cost, IN_X};
 use super::registry::{Exec, MetaArgs, OpDef, OpGroup, ViewResult};
-use crate::tensor::{normalize_dim, Layout, Tensor, TensorMeta};
+use crate::tensor::{normalize_dim, shape_str, Layout, Tensor, TensorMeta};
 
 /// A view op: the layout it makes from an input layout.
 trait ViewOp {
@@ -106,7 +106,17 @@ impl ViewOp for Flatten {
             return Err(format!("start_dim {s} is after end_dim {e}"));
         }
         let mut shape: Vec<i64> = l.shape[..s].iter().map(|&d| d as i64).collect();
-        shape.push(l.shape[s..=e].iter().product::<usize>() as i64);
+        let merged = l.shape[s..=e]
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| {
+                format!(
+                    "dims {s}..={e} of {} hold more elements than fit in 64 bits",
+                    shape_str(&l.shape)
+                )
+            })?;
+        shape.push(merged);
         shape.extend(l.shape[e + 1..].iter().map(|&d| d as i64));
         Reshape::layout(l, &reshape_attrs(&shape))
     }
@@ -177,7 +187,8 @@ impl ViewOp for Narrow {
             a.int("start")
         };
         let length = a.int("length");
-        if start < 0 || length < 0 || start + length > size {
+        let end = start.checked_add(length);
+        if start < 0 || length < 0 || end.is_none_or(|end| end > size) {
             return Err(format!(
                 "narrow of dim {d} (size {size}) from {} with length {length} is out of range",
                 a.int("start")

@@ -163,7 +163,15 @@ impl Runtime {
             Compute::View {
                 input,
                 view: ViewResult::View(layout),
-            } => return Ok(vec![input.view(layout.clone())]),
+            } => {
+                let meta = TensorMeta {
+                    shape: layout.shape.clone(),
+                    dtype: input.dtype(),
+                };
+                self.check_materializable(&meta)
+                    .map_err(|e| work.memory_error(e))?;
+                return Ok(vec![input.view(layout.clone())]);
+            }
             Compute::View {
                 input,
                 view: ViewResult::Copy(shape),
@@ -214,6 +222,28 @@ impl Runtime {
                 ))
             })
             .collect()
+    }
+}
+
+impl Runtime {
+    /// Checks that a tensor of `meta`'s shape could exist on this host: its element count
+    /// fits in 64 bits and, at 8 bytes an element (the widest temporary a kernel makes of an
+    /// operand), within the host cap. Views are checked with it when they are made, so a view
+    /// of one element cannot describe terabytes that a later kernel would walk or copy.
+    pub fn check_materializable(&self, meta: &TensorMeta) -> std::result::Result<(), MemoryError> {
+        let limit = self.memory.host_limit();
+        let numel = checked_numel(&meta.shape);
+        let fits = numel
+            .and_then(|n| (n as u64).checked_mul(8))
+            .is_some_and(|bytes| bytes <= limit);
+        if fits {
+            return Ok(());
+        }
+        Err(MemoryError::TooLarge {
+            shape: meta.to_string(),
+            elements: numel.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
+            limit,
+        })
     }
 }
 

@@ -165,11 +165,20 @@ impl Runtime {
         let op_err = |message: String| op_error(def, inputs, message);
         check_input_count(def, inputs.len()).map_err(op_err)?;
         let resolved = ResolvedAttrs::resolve(def.attrs, attrs).map_err(op_err)?;
-        (def.infer)(&MetaArgs {
+        let outputs = (def.infer)(&MetaArgs {
             inputs,
             attrs: &resolved,
         })
-        .map_err(op_err)
+        .map_err(op_err)?;
+        // A traced graph carries its shapes to every pass: none may overflow a byte count.
+        if let Some(m) = outputs.iter().find(|m| {
+            checked_numel(&m.shape)
+                .and_then(|n| n.checked_mul(m.dtype.size()))
+                .is_none()
+        }) {
+            return Err(op_err(format!("output shape {:?} overflows", m.shape)));
+        }
+        Ok(outputs)
     }
 
     /// Calls `def`; ops without inputs create their outputs on `creation_core`.

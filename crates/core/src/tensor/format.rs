@@ -100,6 +100,22 @@ fn format_float(v: f64, mode: &FloatMode, precision: usize) -> String {
 
 /// Formats a tensor as `tensor([...], dtype=f32, device=neuron:0)`.
 pub fn format_tensor(t: &Tensor, opts: &FormatOptions) -> String {
+    if t.numel() == 0 {
+        // As torch prints it: no elements to list, so the shape says what it is (and a dim of
+        // 2^40 next to a 0 costs nothing to print).
+        let size = match t.shape() {
+            [_] => String::new(),
+            shape => {
+                let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+                format!(", size=({})", dims.join(", "))
+            }
+        };
+        return format!(
+            "tensor([]{size}, dtype={}, device={})",
+            t.dtype(),
+            t.device()
+        );
+    }
     let summarize = t.numel() > opts.threshold;
     let dims: Vec<Vec<Option<usize>>> = t
         .shape()

@@ -255,10 +255,18 @@ impl Layout {
             offset: self.offset,
         };
         for (i, &want) in shape.iter().enumerate() {
+            if want < -1 {
+                return err(format!(
+                    "cannot expand shape {} to {shape:?}: dim {i} has a negative size {want}",
+                    shape_str(&self.shape)
+                ));
+            }
             if i < lead {
                 if want < 0 {
                     return err(format!(
-                        "expand: -1 is not allowed for a new leading dim ({i})"
+                        "cannot expand shape {} to {shape:?}: -1 keeps an existing dim, and dim \
+                         {i} is a new leading dim; give its size",
+                        shape_str(&self.shape)
                     ));
                 }
                 l.shape.push(want as usize);

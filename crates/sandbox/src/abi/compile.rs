@@ -238,6 +238,17 @@ fn enter(c: &mut Ctx, fn_index: u32, args: Vec<GuestValue>) -> Result<Vec<GuestV
         )
         .into());
     }
+    if status as usize != frame.results.len() {
+        return Err(Fail(
+            ErrorCode::Invalid,
+            format!(
+                "neuronlab_trampoline returned {status} results but handed {} to \
+                 compile_result; it must return the number it handed (see ABI.md)",
+                frame.results.len()
+            ),
+        )
+        .into());
+    }
     Ok(frame.results)
 }
 

@@ -36,6 +36,8 @@ pub struct GuestState {
     /// What every guest of the session shares: its variables and compiled programs.
     pub(crate) shared: Shared,
     pub(crate) call_started: Instant,
+    /// Whether the guest printed to stderr in the current call (a trap's note says so).
+    pub(crate) wrote_stderr: bool,
     pub(crate) started: Instant,
     /// The guest's exported memory, found on the first access (a lookup by name costs more
     /// than a small op).
@@ -53,9 +55,17 @@ impl GuestState {
         interrupt: Arc<AtomicBool>,
     ) -> GuestState {
         comm.set_cancel_flag(interrupt.clone());
-        // Distinct salts make a handle from one instance stale in another.
-        static SALT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x5a3);
-        let salt = SALT.fetch_add(0x9e7, Ordering::Relaxed);
+        // Distinct salts make a handle from one instance stale in another; a random start
+        // per process means the first instance's handles differ from run to run too.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        static BASE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let base = *BASE.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish() as u32
+        });
+        let salt = base.wrapping_add(NEXT.fetch_add(0x9e7, Ordering::Relaxed));
         GuestState {
             runtime: comm.runtime().clone(),
             core: comm.core(),
@@ -68,6 +78,7 @@ impl GuestState {
             comm,
             shared,
             call_started: Instant::now(),
+            wrote_stderr: false,
             started: Instant::now(),
             memory: None,
         }

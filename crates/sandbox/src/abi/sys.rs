@@ -14,10 +14,13 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
     }
     fn print(c, stream: i32, ptr: i32, len: i32) -> i32 {
         let r = (|| {
-            let text = String::from_utf8_lossy(&read(&mut c, ptr, len)?).into_owned();
+            let text = read_str(&mut c, ptr, len, "the printed text")?;
             let out = match stream {
                 1 => GuestOutput::Stdout(text),
-                2 => GuestOutput::Stderr(text),
+                2 => {
+                    c.data_mut().wrote_stderr = true;
+                    GuestOutput::Stderr(text)
+                }
                 s => {
                     return Err(Fail(
                         ErrorCode::Invalid,
