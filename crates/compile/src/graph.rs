@@ -90,6 +90,15 @@ impl Graph {
         id
     }
 
+    /// Removes the node added last and its outputs, which are the values added last.
+    pub(crate) fn pop_node(&mut self) {
+        if let Some(node) = self.nodes.pop() {
+            let kept = self.values.len() - node.outputs.len();
+            self.values.truncate(kept);
+            self.producers.truncate(kept);
+        }
+    }
+
     /// Adds a graph input with this shape and dtype.
     pub fn input(&mut self, meta: TensorMeta) -> ValueId {
         let index = self.inputs.len();

@@ -17,9 +17,9 @@ use super::graph::{Graph, Producer, ValueId};
 use super::program::{optimize, CompileReport, Program};
 use neuronlab_core::device::topology::CoreId;
 use neuronlab_core::events::{CacheSource, CompileEvent, EventKind, LogLevel};
-use neuronlab_core::ops::{Attrs, OpId};
+use neuronlab_core::ops::{Attrs, OpId, Registry};
 use neuronlab_core::paths::CacheDir;
-use neuronlab_core::tensor::Tensor;
+use neuronlab_core::tensor::{Tensor, TensorMeta};
 use neuronlab_core::{Result, Runtime};
 
 /// A compiled graph and what compiling it found.
@@ -244,8 +244,30 @@ impl Recorder {
     }
 
     /// Records an op; its outputs are values of this recording.
-    pub fn op(&mut self, op: OpId, inputs: &[ValueId], attrs: &Attrs) -> Result<Vec<ValueId>> {
-        self.graph.op(op, inputs, attrs)
+    ///
+    /// An op whose outputs could not exist on `rt`'s host is refused here, where eager would
+    /// refuse it, and is not recorded.
+    pub fn op(
+        &mut self,
+        rt: &Runtime,
+        op: OpId,
+        inputs: &[ValueId],
+        attrs: &Attrs,
+    ) -> Result<Vec<ValueId>> {
+        let outputs = self.graph.op(op, inputs, attrs)?;
+        let metas: Vec<TensorMeta> = outputs
+            .iter()
+            .map(|&v| self.graph.meta(v).clone())
+            .collect();
+        let inputs: Vec<TensorMeta> = inputs.iter().map(|&v| self.graph.meta(v).clone()).collect();
+        let def = Registry::global()
+            .get(op)
+            .expect("the graph checked the id");
+        if let Err(e) = rt.check_outputs(def, &inputs, &metas) {
+            self.graph.pop_node();
+            return Err(e);
+        }
+        Ok(outputs)
     }
 
     /// The recorded graph so far.

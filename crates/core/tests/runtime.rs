@@ -456,3 +456,33 @@ fn an_interrupt_cancels_a_long_kernel_and_the_runtime_goes_on() {
     );
     assert_eq!(y.unwrap().to_vec::<f32>(), vec![1.0; 3]);
 }
+
+#[test]
+fn shape_arithmetic_that_would_wrap_is_an_error_naming_the_op() {
+    use neuronlab_core::ops::Registry;
+    use neuronlab_core::tensor::TensorMeta;
+    let def = |name| Registry::global().lookup(name).unwrap().1;
+    let meta = |shape: &[usize]| TensorMeta::new(shape.to_vec(), DType::F32);
+    let huge = meta(&[1 << 62]);
+    // cat along a 2^62 dim: the sum wrapped to a negative or zero dim before.
+    let e = Runtime::infer(def("cat"), &[huge.clone(), huge.clone()], &Attrs::new()).unwrap_err();
+    assert!(
+        e.to_string().starts_with("cat(") && e.to_string().contains("overflows"),
+        "{e}"
+    );
+    // flatten of [2^32, 2^32]: the product wrapped to 0 before.
+    let wide = meta(&[1 << 32, 1 << 32]);
+    let e = Runtime::infer(def("flatten"), &[wide], &Attrs::new()).unwrap_err();
+    assert!(
+        e.to_string().contains("more elements than fit in 64 bits"),
+        "{e}"
+    );
+    // Any op whose output's byte count would overflow, however it was inferred.
+    let e = Runtime::infer(
+        def("zeros"),
+        &[],
+        &Attrs::new().with("shape", vec![1i64 << 61, 16]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("overflows"), "{e}");
+}

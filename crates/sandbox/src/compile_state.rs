@@ -61,9 +61,10 @@ impl CompileState {
             .map(|a| a.recorder.graph().meta(v).clone())
     }
 
-    /// Records `op` on `inputs` (bound or traced), returning traced outputs.
+    /// Records `op` on `inputs` (bound or traced) for `rt`, returning traced outputs.
     pub fn record(
         &mut self,
+        rt: &neuronlab_core::Runtime,
         op: neuronlab_core::ops::OpId,
         inputs: &[GuestValue],
         attrs: &neuronlab_core::ops::Attrs,
@@ -76,7 +77,7 @@ impl CompileState {
             .iter()
             .map(|v| value_id(&mut active.recorder, v))
             .collect::<HostResult<Vec<_>>>()?;
-        let outs = active.recorder.op(op, &ids, attrs)?;
+        let outs = active.recorder.op(rt, op, &ids, attrs)?;
         Ok(outs.into_iter().map(GuestValue::Traced).collect())
     }
 }

@@ -317,6 +317,19 @@ impl Sandbox {
 /// error, after printing why; the note saying so is added only when the guest did print.
 const ABORTED: &str = "the guest aborted (an `unreachable` instruction)";
 
+/// How long after the deadline the watch stops a host op: a few epoch ticks, so guest code
+/// is always stopped by the epoch check, with its own message.
+const HOST_OP_GRACE: Duration = Duration::from_millis(50);
+
+/// The message of a call stopped at its deadline while the host ran an op for it.
+fn past_deadline(deadline: Duration) -> String {
+    format!(
+        "{}, inside a host op, which was stopped; one op that takes this long is too large for \
+         the deadline (raise it if the work is real)",
+        DeadlineExceeded(deadline)
+    )
+}
+
 /// A function type as ABI.md writes signatures: `(i32, i32) -> i32`.
 fn signature_text(f: &FuncType) -> String {
     let names = |types: &mut dyn Iterator<Item = ValType>| -> Vec<String> {
@@ -347,18 +360,45 @@ fn extern_kind(ty: &ExternType) -> &'static str {
 /// wasm stack limit (a trap) long before the native stack ends. A panic in the host code that
 /// `f` runs becomes an error instead of taking the caller down.
 fn on_guest_thread<R: Send>(stack: usize, f: impl FnOnce() -> R + Send) -> Result<R, GuestError> {
+    on_guest_thread_within(stack, None, f).map(|(r, _)| r)
+}
+
+/// [`on_guest_thread`], and when `watch` gives a deadline and the guest's interrupt flag,
+/// sets the flag once the deadline passes: the epoch check stops guest code by itself, but a
+/// host op the guest called (one long kernel) only stops at the flag. Returns whether the
+/// deadline had to be enforced that way, beside the result.
+fn on_guest_thread_within<R: Send>(
+    stack: usize,
+    watch: Option<(Duration, &AtomicBool)>,
+    f: impl FnOnce() -> R + Send,
+) -> Result<(R, bool), GuestError> {
     std::thread::scope(|s| {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let mut enforced = false;
         let handle = std::thread::Builder::new()
             .name("neuronlab-guest".into())
             .stack_size(stack)
-            .spawn_scoped(s, f)
+            .spawn_scoped(s, move || {
+                let r = f();
+                let _ = done.send(());
+                r
+            })
             .map_err(|e| {
                 GuestError::new(
                     GuestErrorKind::Host,
                     format!("cannot start the guest thread: {e}"),
                 )
             })?;
-        handle.join().map_err(|panic| {
+        if let Some((deadline, interrupt)) = watch {
+            // The channel closes when the thread ends, also by a panic; until then a timeout
+            // is the deadline passing inside a host call.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(deadline)
+            {
+                interrupt.store(true, Ordering::SeqCst);
+                enforced = true;
+            }
+        }
+        let result = handle.join().map_err(|panic| {
             let what = panic
                 .downcast_ref::<String>()
                 .cloned()
@@ -370,7 +410,8 @@ fn on_guest_thread<R: Send>(stack: usize, f: impl FnOnce() -> R + Send) -> Resul
                     "internal error in the host while running the guest: {what}; please report it"
                 ),
             )
-        })
+        });
+        result.map(|r| (r, enforced))
     })
 }
 
@@ -507,10 +548,28 @@ impl Guest {
         // The guest thread carries the interrupt flag as its cancel token, so every host op
         // the guest calls can be cancelled without setting a token per call.
         let token = self.interrupt.0.clone();
-        let result = on_guest_thread(self.limits.host_stack_bytes, move || {
+        // Guest code meets its deadline at the next epoch tick; what is still running a moment
+        // later is inside a host op, which only the interrupt flag stops.
+        let watch = (limits.deadline + HOST_OP_GRACE, &*self.interrupt.0);
+        let stack = limits.host_stack_bytes;
+        let (result, enforced) = on_guest_thread_within(stack, Some(watch), move || {
             neuronlab_core::cancel::with_token(token, || f(store))
-        })?
-        .map_err(|e| classify(e, "running the guest", &limits));
+        })?;
+        let result = result.map_err(|e| classify(e, "running the guest", &limits));
+        // Stopped by the watch: the deadline's error, whatever the guest did after the host
+        // op it was in was cancelled (trapped at the next epoch check, or returned).
+        let result = match result {
+            Err(e) if enforced && e.kind != GuestErrorKind::Deadline => Err(GuestError {
+                kind: GuestErrorKind::Deadline,
+                message: past_deadline(limits.deadline),
+                backtrace: e.backtrace,
+            }),
+            Ok(_) if enforced => Err(GuestError::new(
+                GuestErrorKind::Deadline,
+                past_deadline(limits.deadline),
+            )),
+            other => other,
+        };
         let result = result.map_err(|mut e| {
             if e.message == ABORTED && self.store.data().wrote_stderr {
                 e.message.push_str(

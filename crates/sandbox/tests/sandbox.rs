@@ -377,6 +377,27 @@ fn an_interrupt_during_a_long_host_op_cancels_it() {
 }
 
 #[test]
+fn the_deadline_stops_a_guest_inside_a_long_host_op_too() {
+    let s = Session::new(1 << 30);
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let mut g = s.guest_with("long_op.wat", limits).unwrap();
+    let started = Instant::now();
+    let e = expect_kind(g.call("run", &[]), GuestErrorKind::Deadline);
+    // A kernel on 64M elements runs for longer than the deadline; it is stopped at its next
+    // chunk rather than left to finish, and the guest at its next epoch check.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.message.contains("deadline"), "{e}");
+    s.assert_healthy();
+}
+
+#[test]
 fn a_trap_while_tracing_leaves_the_compile_cache_consistent() {
     use neuronlab_core::events::EventKind;
     let s = Session::new(1 << 30);

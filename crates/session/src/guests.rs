@@ -26,6 +26,9 @@ pub struct LoadedModule {
     pub guest: Guest,
     /// Its callable exports with their parameter types.
     pub exports: Vec<(String, Vec<ValType>)>,
+    /// The blake3 of its bytes, for a module a `%%wat` cell defined: running a cell with the
+    /// same text again replaces it.
+    cell_source: Option<blake3::Hash>,
 }
 
 /// What a Rust cell's crate holds besides the cell: kept items, variables restored from the
@@ -337,11 +340,16 @@ impl Session {
                 listing.join(", ")
             }
         )));
-        self.modules.retain(|m| m.name != name);
+        // A `%%wat` cell run again (the same text) replaces what it loaded, so re-running a
+        // cell does not keep an instance per run.
+        let cell_source = run_now.then(|| blake3::hash(bytes));
+        self.modules
+            .retain(|m| m.name != name && (cell_source.is_none() || m.cell_source != cell_source));
         self.modules.push(LoadedModule {
             name: name.to_string(),
             guest,
             exports,
+            cell_source,
         });
         outcome
     }

@@ -226,7 +226,17 @@ fn wat_cells_run_and_stay_loaded_for_run() {
         "GuestTrap",
     );
     fails(&mut s, "%%wat\n(module (oops", "LoadError");
-    fails(&mut s, "%run wat1.nothing", "MissingEntry");
+    // Running the same %%wat text again (each `fails` checks the session with it) replaced
+    // wat1: a notebook that re-runs a cell keeps one instance of it.
+    let e = fails(&mut s, "%run wat1.nothing", "MagicError");
+    assert!(e.contains("no module named 'wat1' is loaded"), "{e}");
+    let names: Vec<&str> = s.loaded_modules().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "the re-run cell once, and the cell that trapped: {names:?}"
+    );
+    fails(&mut s, "%run nothing", "MissingEntry");
     fails(&mut s, "%run nope.run", "MagicError");
     fails(&mut s, "%run", "MagicError");
 }

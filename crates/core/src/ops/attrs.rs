@@ -92,7 +92,7 @@ pub enum AttrKind {
     Ints,
     /// A string.
     Str,
-    /// A dtype, by name (`"bf16"`) or by ABI code.
+    /// A dtype, by name (`"bf16"`).
     DType,
 }
 

@@ -191,37 +191,16 @@ impl Runtime {
                 (buffers, &work.outputs)
             }
         };
-        if buffers.len() != layouts.len() {
-            return Err(work.internal_error(format!(
-                "it computed {} outputs for {} inferred",
-                buffers.len(),
-                layouts.len()
-            )));
-        }
-        if let Some((buffer, m)) = buffers
-            .iter()
-            .zip(layouts)
-            .find(|(b, m)| b.dtype() != m.dtype || b.len() != m.numel())
-        {
-            return Err(work.internal_error(format!(
-                "it computed {} values of {} for an inferred {m}",
-                buffer.len(),
-                buffer.dtype()
-            )));
-        }
+        check_buffers(work, &buffers, layouts)?;
         let mut allocations = std::mem::take(&mut reserved.allocations).into_iter();
-        buffers
+        Ok(buffers
             .into_iter()
             .zip(layouts)
             .map(|(buffer, m)| {
                 let storage = Arc::new(Storage::new(buffer, allocations.next()));
-                Ok(Tensor::from_storage(
-                    storage,
-                    Layout::contiguous(&m.shape),
-                    core,
-                ))
+                Tensor::from_storage(storage, Layout::contiguous(&m.shape), core)
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -244,6 +223,30 @@ impl Runtime {
             elements: numel.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
             limit,
         })
+    }
+}
+
+/// Checks that a kernel computed the outputs it was inferred to: a kernel that did not is a
+/// bug, reported as an internal error instead of a tensor whose data disagrees with its shape.
+fn check_buffers(work: &Work<'_>, buffers: &OutputBuffers, layouts: &[TensorMeta]) -> Result<()> {
+    if buffers.len() != layouts.len() {
+        return Err(work.internal_error(format!(
+            "it computed {} outputs for {} inferred",
+            buffers.len(),
+            layouts.len()
+        )));
+    }
+    match buffers
+        .iter()
+        .zip(layouts)
+        .find(|(b, m)| b.dtype() != m.dtype || b.len() != m.numel())
+    {
+        Some((buffer, m)) => Err(work.internal_error(format!(
+            "it computed {} values of {} for an inferred {m}",
+            buffer.len(),
+            buffer.dtype()
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -171,14 +171,28 @@ impl Runtime {
         })
         .map_err(op_err)?;
         // A traced graph carries its shapes to every pass: none may overflow a byte count.
-        if let Some(m) = outputs.iter().find(|m| {
-            checked_numel(&m.shape)
-                .and_then(|n| n.checked_mul(m.dtype.size()))
-                .is_none()
-        }) {
-            return Err(op_err(format!("output shape {:?} overflows", m.shape)));
-        }
+        check_byte_counts(&outputs).map_err(op_err)?;
         Ok(outputs)
+    }
+
+    /// Checks that the `outputs` of `def` on `inputs` could exist on this host
+    /// ([`Runtime::check_materializable`]): what tracing checks of every op it records, as
+    /// eager checks its views, so no graph holds a value too large to ever run.
+    pub fn check_outputs(
+        &self,
+        def: &OpDef,
+        inputs: &[TensorMeta],
+        outputs: &[TensorMeta],
+    ) -> Result<()> {
+        for m in outputs {
+            self.check_materializable(m)
+                .map_err(|source| Error::OpOutOfMemory {
+                    op: def.name.to_string(),
+                    operands: operands(def, inputs),
+                    source,
+                })?;
+        }
+        Ok(())
     }
 
     /// Calls `def`; ops without inputs create their outputs on `creation_core`.
@@ -223,6 +237,7 @@ impl Runtime {
             attrs: &resolved,
         };
         let out_metas = (def.infer)(&meta_args).map_err(op_err)?;
+        check_byte_counts(&out_metas).map_err(op_err)?;
         let cost = (def.cost)(&meta_args, &out_metas);
         let cost = WorkCost {
             flops: cost.flops,
@@ -257,6 +272,19 @@ impl Runtime {
             cost,
             compute,
         })
+    }
+}
+
+/// Checks that every output's byte count fits in 64 bits, before the cost model or a pass
+/// multiplies it out.
+fn check_byte_counts(outputs: &[TensorMeta]) -> Result<(), String> {
+    match outputs.iter().find(|m| {
+        checked_numel(&m.shape)
+            .and_then(|n| n.checked_mul(m.dtype.size()))
+            .is_none()
+    }) {
+        Some(m) => Err(format!("output shape {:?} overflows", m.shape)),
+        None => Ok(()),
     }
 }
 

@@ -47,21 +47,27 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
 
 /// Row-major strides for `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
+    let mut strides = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+        // Saturating: only a shape with a zero dim gets this far with huge dims, and its
+        // strides are never used to reach an element.
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1));
     }
     strides
 }
 
 /// Whether `strides` lay `shape` out row-major with no gaps (size-1 dims may have any stride).
 pub fn is_row_major(shape: &[usize], strides: &[usize]) -> bool {
-    let mut expected = 1;
+    // An empty tensor is dense whatever its strides: there is no element to be out of place.
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected: usize = 1;
     for (&d, &s) in shape.iter().zip(strides).rev() {
         if d != 1 && s != expected {
             return false;
         }
-        expected *= d;
+        expected = expected.saturating_mul(d);
     }
     true
 }
@@ -229,13 +235,18 @@ impl Layout {
             }
         };
         let (s, e) = (clamp(start), clamp(end));
-        let len = if e > s { (e - s + step - 1) / step } else { 0 };
+        // Written so that no step, up to i64::MAX, overflows.
+        let len = if e > s { 1 + (e - s - 1) / step } else { 0 };
         let mut l = self.clone();
         if len > 0 {
             l.offset += s as usize * self.strides[d];
         }
         l.shape[d] = len as usize;
-        l.strides[d] *= step as usize;
+        // With two or more elements the step is below the dim's size, so the stride stays
+        // within the storage; with fewer it is never used.
+        if len > 1 {
+            l.strides[d] *= step as usize;
+        }
         Ok(l)
     }
 

@@ -13,6 +13,7 @@ use wasmtime::Extern;
 
 use super::context::{
     read, read_handles, read_str, status, value, write, write_capped, write_new_handles, Ctx,
+    GuestState,
 };
 use super::table::{imports, Import};
 use crate::attr_codec;
@@ -109,7 +110,15 @@ fn sync(c: &mut Ctx, label: &str) -> HostResult<()> {
         }
     }
     let (rt, core) = (state.runtime.clone(), state.core);
-    let tensors = recorder.flush(&rt, &state.shared.programs, core, &live, label)?;
+    let tensors = match recorder.flush(&rt, &state.shared.programs, core, &live, label) {
+        Ok(tensors) => tensors,
+        Err(e) => {
+            // The recording goes on, empty; what it held is gone with the graph that failed.
+            let why = format!("a traced tensor of a graph that failed to run: {e}");
+            mark_gone(state, &why);
+            return Err(e.into());
+        }
+    };
     let resolve = |v: &mut GuestValue| {
         if let GuestValue::Traced(id) = v {
             let i = live
@@ -127,6 +136,20 @@ fn sync(c: &mut Ctx, label: &str) -> HostResult<()> {
             .for_each(resolve);
     }
     Ok(())
+}
+
+/// Marks every traced value the guest holds, in handles and trampoline frames, as gone.
+fn mark_gone(state: &mut GuestState, why: &str) {
+    let frames = state
+        .compile
+        .frames
+        .iter_mut()
+        .flat_map(|f| f.args.iter_mut().chain(f.results.iter_mut()));
+    for v in state.handles.values_mut().chain(frames) {
+        if let GuestValue::Traced(_) = v {
+            *v = GuestValue::Gone(why.to_string());
+        }
+    }
 }
 
 /// Ends the active recording, marking any traced value still held as gone.

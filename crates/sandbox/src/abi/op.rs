@@ -86,10 +86,10 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
         let attrs = attr_codec::decode(&read(caller, attrs_ptr, attrs_len)?)
             .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
-        let outputs = caller
-            .data_mut()
+        let state = caller.data_mut();
+        let outputs = state
             .compile
-            .record(OpId(id as u32), &inputs, &attrs)?;
+            .record(&state.runtime, OpId(id as u32), &inputs, &attrs)?;
         return write_new_handles(caller, outputs, outputs_ptr);
     }
     // The eager path borrows the input tensors from the handle table, straight from the
