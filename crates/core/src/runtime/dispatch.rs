@@ -14,6 +14,10 @@
 //!   caller;
 //! - alloc events go out with the op's event under one lock (or on their own before an
 //!   error, so every free event has its alloc event).
+//!
+//! What an op does beyond running (autograd recording a tape node, say) belongs at this path's
+//! registry entry, `Runtime::call_on`, right after `dispatch` returns: the one place that holds
+//! the op, its resolved attributes, its inputs and its outputs together.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
