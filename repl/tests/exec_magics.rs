@@ -454,10 +454,10 @@ fn every_magic_with_good_and_bad_arguments() {
             "%events\n%events op --last 1\n%events memory\n%timeline",
             &[
                 "seq kind core name host modeled details",
-                "events in the last cell",
-                "the last 1 of 2 events of kind op in the last cell",
+                "events in cell [",
+                "the last 1 of 2 events of kind op in cell [",
                 "f32[3] -> f32[3]",
-                "events of kind memory in the last cell",
+                "events of kind memory in cell [",
                 "modeled device time ",
                 "neuron:0 |A",
                 "A exp: 2 × ",
@@ -475,11 +475,16 @@ fn every_magic_with_good_and_bad_arguments() {
             "--last takes a number of events, 1 or more",
         ),
         vars_intact(),
+        // The magic cells in between did no device work: the timeline is of the exp cell.
         ok(
             "%timeline",
-            &["the last cell did no device work"],
+            &["], the last that did device work: modeled device time", "A exp: 2 × "],
         ),
-        bad("%timeline svg", "timeline", "%timeline: takes no arguments"),
+        bad(
+            "%timeline svg",
+            "timeline",
+            "%timeline: 'svg' is neither a cell number nor all",
+        ),
         vars_intact(),
         // %cache: ls only (clear would empty the user's caches)
         ok(

@@ -296,7 +296,7 @@ def test_rich_displays_carry_html_and_svg(kernel):
     reply, outputs = run_cell(kc, "%timeline")
     assert reply["status"] == "ok", outputs
     [timeline] = [m["content"] for m in outputs if m["msg_type"] == "display_data"]
-    assert timeline["data"]["text/plain"].startswith("modeled device time ")
+    assert "], the last that did device work: modeled device time " in timeline["data"]["text/plain"]
     svg = timeline["data"]["image/svg+xml"]
     assert svg.startswith("<svg ") and "modeled device time (µs)" in svg, svg[:200]
     assert "neuron:0" in svg

@@ -64,6 +64,14 @@ def test_01_eager_basics():
     assert "caught: " in text(cells[2]) and "inner dims differ" in text(cells[2])
     assert result(cells[4]) == "30"  # kept item `scaled` doubles sum(arange(6))
     assert re.search(r"^a\s+Tensor\s+\[2, 3\]\s+f32", text(cells[5]), re.M)
+    # %timeline, after magic cells, draws the last cell that ran ops, as SVG.
+    assert_timeline_svg(cells[-1], "neuron:0")
+
+
+def assert_timeline_svg(cell: nbformat.NotebookNode, core: str) -> None:
+    [display] = [o.data for o in cell.outputs if "image/svg+xml" in o.get("data", {})]
+    assert "the last that did device work" in display["text/plain"], display["text/plain"]
+    assert core in display["image/svg+xml"] and "modeled" in display["image/svg+xml"]
 
 
 def test_02_recompilation_lab_counts_its_compiles():
@@ -89,6 +97,8 @@ def test_03_collectives():
     assert "[rank0]: mesh-4x8: OK" in text(cells[2])
     assert "[rank0]: rank 0: [4.0, 4.0]" in text(cells[3])
     assert "[4., 4.]" in result(cells[4])
+    # The timeline of the %%spmd cell's all_reduce, not of `total` (no device work).
+    assert_timeline_svg(cells[5], "neuron:3")
 
 
 def test_04_sandbox_failures_leave_the_session_intact():

@@ -42,7 +42,7 @@ pub use output::{CellError, MimeBundle, Output};
 
 use guests::LoadedModule;
 use neuronlab_compile::recorder::ProgramCache;
-use neuronlab_core::events::{LogFilter, Summary};
+use neuronlab_core::events::{EventKind, LogFilter, Summary};
 use neuronlab_core::paths::CacheDir;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::Runtime;
@@ -218,8 +218,8 @@ pub struct Session {
     router: router::OutputRouter,
     /// The column shifts of the cell just built, for the locations its run prints.
     cell_columns: Option<convert::CellColumns>,
-    /// The event sequence numbers of the last cell: `[start, end)`.
-    last_cell_events: (u64, u64),
+    /// The cells that published events, oldest first: what `%events` and `%timeline` read.
+    cell_events: Vec<CellEvents>,
     /// `(function, explanation)` of the functions the last cell compiled.
     explanations: Vec<(String, String)>,
 }
@@ -260,7 +260,7 @@ impl Session {
             interrupter: Interrupter::default(),
             router,
             cell_columns: None,
-            last_cell_events: (0, 0),
+            cell_events: Vec::new(),
             explanations: Vec::new(),
         })
     }
@@ -327,9 +327,16 @@ impl Session {
         };
         self.router.flush_logs(out);
         let last_event = self.runtime.bus().next_seq();
-        self.last_cell_events = (first_event, last_event);
         let events = self.runtime.bus().since(first_event);
         if !events.is_empty() {
+            self.cell_events.push(CellEvents {
+                cell: self.execution_count,
+                start: first_event,
+                end: last_event,
+                device_work: events
+                    .iter()
+                    .any(|e| matches!(e.kind, EventKind::Op(_) | EventKind::Collective(_))),
+            });
             let summary = Summary::from_events(&events);
             if summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0 {
                 let html = display::summary_html(&summary, &events);
@@ -376,6 +383,16 @@ impl Drop for Session {
             let _ = std::fs::remove_dir_all(&self.work_dir);
         }
     }
+}
+
+/// The events one cell published: `[start, end)` of the bus's sequence numbers.
+#[derive(Clone, Copy, Debug)]
+struct CellEvents {
+    cell: u32,
+    start: u64,
+    end: u64,
+    /// Whether it ran ops or collectives, what a timeline draws.
+    device_work: bool,
 }
 
 /// A runtime with `options` whose events `logs` selects become log lines of the running cell.

@@ -338,13 +338,14 @@ fn events_shows_the_last_cell() {
         "{text}"
     );
     assert!(text.contains("memory") && text.contains("alloc"), "{text}");
-    // The previous cell was `%events`, which published nothing.
-    assert_eq!(ok(&mut s, "%events"), "the last cell published no events\n");
+    // `%events` reads the last cell that published events: a cell of magics that only look,
+    // like `%events` itself, does not count.
+    assert_eq!(ok(&mut s, "%events"), text);
     ok(&mut s, HELLO_CELL);
     let ops = ok(&mut s, "%events op");
     assert_eq!(rows_of_kind(&ops, "op"), 1, "{ops}");
     assert_eq!(rows_of_kind(&ops, "memory"), 0, "{ops}");
-    assert!(ops.contains("1 event of kind op in the last cell"), "{ops}");
+    assert!(ops.contains("1 event of kind op in cell ["), "{ops}");
     ok(&mut s, HELLO_CELL);
     let last = ok(&mut s, "%events memory --last 2");
     assert!(
@@ -355,7 +356,10 @@ fn events_shows_the_last_cell() {
     ok(&mut s, HELLO_CELL);
     let none = ok(&mut s, "%events collective");
     assert!(
-        none.starts_with("the last cell published no collective events; it published"),
+        none.starts_with("cell [")
+            && none.contains(
+                "the last that published events, published no collective events; it published"
+            ),
         "{none}"
     );
     // The table also comes as HTML.
@@ -432,14 +436,20 @@ fn recompiles_explain_and_timeline_read_compiles() {
 
     ok(&mut s, HELLO_CELL);
     let timeline = ok(&mut s, "%timeline");
-    assert!(timeline.starts_with("modeled device time "), "{timeline}");
+    assert!(
+        timeline.starts_with("cell [")
+            && timeline.contains("], the last that did device work: modeled device time "),
+        "{timeline}"
+    );
     assert!(timeline.contains("neuron:0 |A"), "{timeline}");
     assert!(timeline.contains("  A add: 1 × "), "{timeline}");
-    let empty = ok(&mut s, "%timeline");
-    assert!(
-        empty.starts_with("the last cell did no device work"),
-        "{empty}"
-    );
+    // Magic cells do no device work, so `%timeline` again draws the same cell.
+    assert_eq!(ok(&mut s, "%timeline"), timeline);
+    // Cell 1 made tensors from data (memory events) but ran no op.
+    let quiet = ok(&mut s, "%timeline 1");
+    assert!(quiet.starts_with("cell [1] did no device work"), "{quiet}");
+    let all = ok(&mut s, "%timeline all");
+    assert!(all.starts_with("every cell: modeled device time "), "{all}");
     fails(&mut s, "%timeline svg", "MagicError");
 }
 
@@ -508,7 +518,13 @@ fn rich_outputs_carry_html_and_svg() {
     let Some(Output::Display(timeline)) = ran.outputs.first() else {
         panic!("{:?}", ran.outputs)
     };
-    assert!(timeline.plain().starts_with("modeled device time "));
+    assert!(
+        timeline
+            .plain()
+            .contains("the last that did device work: modeled device time "),
+        "{}",
+        timeline.plain()
+    );
     let svg = timeline.get("image/svg+xml").expect("svg");
     assert!(svg.starts_with("<svg ") && svg.contains("modeled device time (µs)"));
 }

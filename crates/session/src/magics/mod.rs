@@ -136,7 +136,8 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: "wat",
         usage: "%%wat",
-        help: "The cell is a WebAssembly text module: it is compiled at once, its `run` export (if \
+        help:
+            "The cell is a WebAssembly text module: it is compiled at once, its `run` export (if \
                any) is called, and it stays loaded as wat<N> for %run.",
         details: None,
         run: Handler::Cell(wat),
@@ -154,8 +155,8 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: "events",
         usage: "%events [kind] [--last N]",
-        help: "The events of the last cell as a table, or of one kind; --last N shows the last N events \
-               of the session.",
+        help: "The events of the last cell that published any, as a table, or those of one \
+               kind; --last N shows only the last N of them.",
         details: Some(views::event_kinds),
         run: Handler::Line(views::events),
         complete: Some(views::event_arguments),
@@ -189,7 +190,8 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: "vars",
         usage: "%vars",
-        help: "The session's variables: name, type, and for tensors shape, dtype, device and bytes.",
+        help:
+            "The session's variables: name, type, and for tensors shape, dtype, device and bytes.",
         details: None,
         run: Handler::Line(views::vars),
         complete: None,
@@ -222,7 +224,8 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: "time",
         usage: "%time CODE   or   %%time + Rust code",
-        help: "Runs the code and prints its wall time (build and run) beside the modeled device time.",
+        help:
+            "Runs the code and prints its wall time (build and run) beside the modeled device time.",
         details: None,
         run: Handler::Both(Session::time),
         complete: None,
@@ -238,9 +241,9 @@ pub const MAGICS: &[Magic] = &[
     },
     Magic {
         name: "timeline",
-        usage: "%timeline",
-        help: "The last cell's modeled device timeline, one row per core (drawn as SVG in \
-               notebooks).",
+        usage: "%timeline [N | all]",
+        help: "The modeled device timeline of the last cell that ran ops or collectives (or of \
+               cell N, or of every cell), one row per core, drawn as SVG in notebooks.",
         details: None,
         run: Handler::Line(views::timeline),
         complete: None,

@@ -69,22 +69,22 @@ impl Table {
             .join("\n")
     }
 
-    /// The same rows as an HTML table.
+    /// The same rows as an HTML table. Every cell says its alignment: notebooks right-align
+    /// table cells by default, which leaves text columns (reasons, names) ragged.
     pub fn html(&self) -> String {
+        let align = |c: usize| match self.right.contains(&c) {
+            true => " style=\"text-align:right\"",
+            false => " style=\"text-align:left\"",
+        };
         let mut html = String::from("<table>\n<thead><tr>");
-        for h in &self.header {
-            html.push_str(&format!("<th>{}</th>", escape(h)));
+        for (c, h) in self.header.iter().enumerate() {
+            html.push_str(&format!("<th{}>{}</th>", align(c), escape(h)));
         }
         html.push_str("</tr></thead>\n<tbody>\n");
         for row in &self.rows {
             html.push_str("<tr>");
             for (c, cell) in row.iter().enumerate() {
-                let align = if self.right.contains(&c) {
-                    " style=\"text-align:right\""
-                } else {
-                    ""
-                };
-                html.push_str(&format!("<td{align}>{}</td>", escape(cell)));
+                html.push_str(&format!("<td{}>{}</td>", align(c), escape(cell)));
             }
             html.push_str("</tr>\n");
         }
@@ -129,7 +129,14 @@ mod tests {
         let b = t.bundle("2 variables");
         assert!(b.plain().ends_with("\n2 variables"));
         let html = b.get("text/html").unwrap();
-        assert!(html.contains("<td>longer&lt;T&gt;</td>"), "{html}");
+        assert!(
+            html.contains("<td style=\"text-align:left\">longer&lt;T&gt;</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td style=\"text-align:right\">1.50 KiB</td>"),
+            "{html}"
+        );
         assert!(html.contains("<p>2 variables</p>"), "{html}");
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::super::{fail, CellError, MimeBundle, Outcome, Output, Session};
+use super::super::{fail, CellError, CellEvents, MimeBundle, Outcome, Output, Session};
 use super::table::{count, Table};
 use super::{timeline as drawing, timeline_svg, usage_error, Argument, MAGICS};
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
@@ -109,22 +109,24 @@ pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
         Ok(filter) => filter,
         Err(problem) => return usage_error(out, "events", &problem),
     };
-    let cell = last_cell(s);
+    let Some(which) = last_cell_with_events(s, false) else {
+        out(Output::Stdout(
+            "no cell has published events yet\n".to_string(),
+        ));
+        return Outcome::Ok;
+    };
+    let cell = cell_events(s, &which);
     let mut chosen: Vec<&Event> = cell
         .iter()
         .filter(|e| kind.is_none_or(|k| e.kind.tag() == k))
         .collect();
     if chosen.is_empty() {
-        out(Output::Stdout(match kind {
-            None => "the last cell published no events\n".to_string(),
-            Some(k) => format!(
-                "the last cell published no {k} events{}\n",
-                match kind_counts(&cell) {
-                    counts if counts.is_empty() => String::new(),
-                    counts => format!("; it published {counts}"),
-                }
-            ),
-        }));
+        let k = kind.expect("a cell with events has events of no kind only when one is asked");
+        out(Output::Stdout(format!(
+            "cell [{}], the last that published events, published no {k} events; it published {}\n",
+            which.cell,
+            kind_counts(&cell)
+        )));
         return Outcome::Ok;
     }
     let total = chosen.len();
@@ -135,10 +137,11 @@ pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
         table.push(event_row(e));
     }
     let of_kind = kind.map_or(String::new(), |k| format!(" of kind {k}"));
+    let cell_no = which.cell;
     let note = match chosen.len() == total {
-        true => format!("{}{of_kind} in the last cell", count(total, "event")),
+        true => format!("{}{of_kind} in cell [{cell_no}]", count(total, "event")),
         false => format!(
-            "the last {} of {total} events{of_kind} in the last cell",
+            "the last {} of {total} events{of_kind} in cell [{cell_no}]",
             chosen.len()
         ),
     };
@@ -183,11 +186,20 @@ fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), Str
 }
 
 /// The events of the last cell, oldest first.
-fn last_cell(s: &Session) -> Vec<Event> {
-    let (start, end) = s.last_cell_events;
-    let mut events = s.runtime.bus().since(start);
-    events.retain(|e| e.seq < end);
+fn cell_events(s: &Session, cell: &CellEvents) -> Vec<Event> {
+    let mut events = s.runtime.bus().since(cell.start);
+    events.retain(|e| e.seq < cell.end);
     events
+}
+
+/// The last cell that published events (with `device_work`, that ran ops or collectives):
+/// magic cells that only look, such as `%events` itself, publish none and are skipped.
+fn last_cell_with_events(s: &Session, device_work: bool) -> Option<CellEvents> {
+    s.cell_events
+        .iter()
+        .rev()
+        .find(|c| c.device_work || !device_work)
+        .copied()
 }
 
 /// How many events of each kind: `3 op, 6 memory`.
@@ -489,24 +501,48 @@ pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome 
     Outcome::Ok
 }
 
-/// `%timeline`: the last cell's modeled device timeline, one row per core, as text and as an
-/// SVG drawing.
+/// `%timeline [N | all]`: the modeled device timeline of the last cell that did device work,
+/// of cell `N`, or of every event the session kept, as text and SVG.
 pub fn timeline(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
-    if !args.is_empty() {
-        return usage_error(out, "timeline", "takes no arguments");
-    }
-    let events = last_cell(s);
+    let (events, which) = match args.trim() {
+        "" => match last_cell_with_events(s, true) {
+            Some(c) => (
+                cell_events(s, &c),
+                format!("cell [{}], the last that did device work", c.cell),
+            ),
+            None => {
+                out(Output::Stdout(
+                    "no cell has done device work yet: no op or collective ran\n".into(),
+                ));
+                return Outcome::Ok;
+            }
+        },
+        "all" => (s.runtime.bus().events(), "every cell".to_string()),
+        n => match n.parse::<u32>() {
+            Ok(n) => match s.cell_events.iter().find(|c| c.cell == n).copied() {
+                Some(c) => (cell_events(s, &c), format!("cell [{n}]")),
+                None => (Vec::new(), format!("cell [{n}]")),
+            },
+            Err(_) => {
+                return usage_error(
+                    out,
+                    "timeline",
+                    &format!("'{n}' is neither a cell number nor all"),
+                )
+            }
+        },
+    };
     match drawing::render(&events) {
         Some(text) => {
-            let mut bundle = MimeBundle::text(text);
+            let mut bundle = MimeBundle::text(format!("{which}: {text}"));
             if let Some(svg) = timeline_svg::render(&events) {
                 bundle = bundle.with("image/svg+xml", svg);
             }
             out(Output::Display(bundle))
         }
-        None => out(Output::Stdout(
-            "the last cell did no device work: no op or collective with a modeled time\n".into(),
-        )),
+        None => out(Output::Stdout(format!(
+            "{which} did no device work: no op or collective with a modeled time\n"
+        ))),
     }
     Outcome::Ok
 }
