@@ -693,6 +693,16 @@ def gen_gather(rng, large) -> Calls:
         yield [operand(rng, shape, dtype), index], {"dim": signed_dim(rng, d, len(shape))}
 
 
+def gen_scatter_add(rng, large) -> Calls:
+    for dtype in ("f32", "bf16") if large else FLOATS:
+        shape = shape_for(rng, large, min_rank=1)
+        d = int(rng.integers(len(shape)))
+        ishape = [int(rng.integers(1, (s if k != d else 7) + 1)) for k, s in enumerate(shape)]
+        index = operand(rng, ishape, str(rng.choice(INTS)), ints=(0, shape[d] - 1))
+        src = operand(rng, ishape, dtype)
+        yield [operand(rng, shape, dtype), index, src], {"dim": signed_dim(rng, d, len(shape))}
+
+
 def gen_cat(rng, large) -> Calls:
     for dtype in ("f32", "bf16") if large else DTYPES:
         shape = shape_for(rng, large, min_rank=1)
@@ -1084,6 +1094,19 @@ def ref_gather(case, x, index):
     return Expect(np.take_along_axis(x[lead], index, axis=d), case.inputs[0].dtype)
 
 
+def ref_scatter_add(case, x, index, src):
+    """torch.scatter_add: out[i][index[i][j]] += src[i][j] (dim 1), summed exactly (f64)
+    and rounded once."""
+    d = case.attrs.get("dim", 0) % x.ndim
+    out = np.array(x, dtype=np.float64)
+    positions = np.indices(index.shape)
+    target = [positions[k] if k != d else index for k in range(x.ndim)]
+    np.add.at(out, tuple(target), src)
+    scale = np.abs(np.array(x, dtype=np.float64))
+    np.add.at(scale, tuple(target), np.abs(src))
+    return Expect(out, case.inputs[0].dtype, scale=scale)
+
+
 def promote_all(case) -> str:
     out = case.inputs[0].dtype
     for o in case.inputs[1:]:
@@ -1265,6 +1288,7 @@ CHECKS: dict[str, OpCheck | RandomCheck] = {
     "embedding": OpCheck(gen_embedding, ref_embedding),
     "index_select": OpCheck(gen_index_select, ref_index_select),
     "gather": OpCheck(gen_gather, ref_gather),
+    "scatter_add": OpCheck(gen_scatter_add, ref_scatter_add, "reduction"),
     "cat": OpCheck(gen_cat, ref_cat),
     "stack": OpCheck(gen_stack, ref_stack),
     "pad": OpCheck(gen_pad, ref_pad),

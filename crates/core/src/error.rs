@@ -44,6 +44,10 @@ pub enum Error {
     /// rank never arrived.
     #[error("{0}")]
     Collective(String),
+    /// A gradient cannot be computed as asked: backward of a tensor that does not require
+    /// one, a second backward through a freed graph, a non-scalar without a gradient.
+    #[error("{0}")]
+    Autograd(String),
     /// The work was cancelled (an interrupt).
     #[error("cancelled: {0}")]
     Cancelled(String),

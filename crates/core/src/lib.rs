@@ -7,6 +7,8 @@
 //! - [`events`]: the typed event stream, its bus, summaries and Chrome trace export.
 //! - [`runtime`]: the eager runtime that ties them together, with the one dispatch path that
 //!   every op run goes through.
+//! - [`autograd`]: reverse-mode gradients recorded at the dispatch path, and the table of
+//!   backward formulas.
 //! - [`cancel`]: cooperative cancellation of long kernels.
 //! - [`error`]: the error type of every fallible host call.
 //! - [`paths`]: the cache and data folders, named once.
@@ -14,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod autograd;
 pub mod cancel;
 pub mod device;
 pub mod dtype;

@@ -28,6 +28,8 @@ pub enum ErrorCode {
     Unavailable = -9,
     /// A collective failed across ranks.
     Collective = -10,
+    /// A gradient cannot be computed as asked (autograd refused).
+    Grad = -11,
 }
 
 /// A failed import: the code the guest sees and the message `last_error` gives.
@@ -57,6 +59,7 @@ impl From<Error> for Fail {
             Error::UnknownOp(_) => ErrorCode::UnknownOp,
             Error::Cancelled(_) => ErrorCode::Cancelled,
             Error::Collective(_) => ErrorCode::Collective,
+            Error::Autograd(_) => ErrorCode::Grad,
             Error::Invalid(_) | Error::Topology(_) => ErrorCode::Invalid,
         };
         Fail(code, e.to_string())

@@ -213,6 +213,39 @@ pub struct OpEvent {
     pub host_us: f64,
     /// Modeled device time.
     pub modeled: ModeledTime,
+    /// Which pass of a training step ran it.
+    #[serde(default)]
+    pub phase: Phase,
+}
+
+/// The pass of a training step an op belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// The forward computation (everything outside backward).
+    #[default]
+    Forward,
+    /// Computing gradients.
+    Backward,
+}
+
+impl Phase {
+    /// The phase of ops this thread runs now.
+    pub fn current() -> Phase {
+        if crate::autograd::in_backward() {
+            Phase::Backward
+        } else {
+            Phase::Forward
+        }
+    }
+
+    /// Its name in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+        }
+    }
 }
 
 /// Whether memory was reserved or given back.
@@ -386,6 +419,7 @@ mod tests {
                     total_s: 1e-5,
                     bound: Bound::Launch,
                 },
+                phase: Phase::Forward,
             }),
         };
         let json = serde_json::to_value(&op).unwrap();

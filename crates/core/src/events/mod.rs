@@ -16,7 +16,7 @@ mod trace;
 pub use bus::{EventBus, DEFAULT_CAPACITY};
 pub use event::{
     CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, EventTag, LimitAction, LogLevel,
-    MemoryAction, MemoryEvent, OpEvent, TensorSig,
+    MemoryAction, MemoryEvent, OpEvent, Phase, TensorSig,
 };
 pub use logs::{LogFilter, Topic, TOPICS as LOG_TOPICS};
 pub use op_table::op_table;

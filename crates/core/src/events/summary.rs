@@ -214,6 +214,7 @@ impl fmt::Display for Summary {
 pub(crate) mod tests {
     use super::*;
     use crate::device::ModeledTime;
+    use crate::events::Phase;
     use crate::events::{
         CacheSource, CollectiveEvent, CompileEvent, MemoryAction, MemoryEvent, OpEvent, TensorSig,
     };
@@ -249,6 +250,7 @@ pub(crate) mod tests {
                     total_s: modeled_us * 1e-6,
                     bound,
                 },
+                phase: Phase::Forward,
             }),
         }
     }

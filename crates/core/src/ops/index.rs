@@ -1,4 +1,5 @@
-//! Indexing and assembly: embedding, index_select, gather, cat, stack, pad, triu and tril.
+//! Indexing and assembly: embedding, index_select, gather, scatter_add, cat, stack, pad, triu
+//! and tril.
 //!
 //! Gathers walk the output with [`strided::map`], reading the index operand and a base offset
 //! into the source with the gathered dim's stride zeroed, then add `index * stride`. Every
@@ -7,7 +8,10 @@
 use std::borrow::Cow;
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
-use super::common::{as_dtype, broadcast_strides, copy_cost, dense, dim_of, expect_index, IN_X};
+use super::common::{
+    as_dtype, broadcast_strides, copy_cost, dense, dim_of, expect_float, expect_index, with_float,
+    IN_X,
+};
 use smallvec::smallvec;
 
 use super::registry::{Exec, InputSpec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup};
@@ -160,6 +164,71 @@ fn gather_kernel(a: &KernelArgs) -> KernelResult {
         &idx,
         idx.strides(),
     )])
+}
+
+// scatter_add(x, index, src; dim): the adjoint of gather, what its backward and those of
+// index_select and embedding are made of.
+fn infer_scatter_add(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (x, idx, src) = (&a.inputs[0], &a.inputs[1], &a.inputs[2]);
+    expect_float("x", x)?;
+    expect_index("index", idx)?;
+    if src.dtype != x.dtype {
+        return Err(format!(
+            "src must have x's dtype {}, got {}",
+            x.dtype, src.dtype
+        ));
+    }
+    if idx.shape != src.shape {
+        return Err(format!(
+            "index and src must have one shape, got {:?} and {:?}",
+            idx.shape, src.shape
+        ));
+    }
+    let d = dim_of(a.attrs.int("dim"), &x.shape)?;
+    if idx.shape.len() != x.shape.len() {
+        return Err(format!(
+            "index must have the same rank as x: x is {:?}, index is {:?}",
+            x.shape, idx.shape
+        ));
+    }
+    if let Some(k) = (0..x.shape.len()).find(|&k| k != d && idx.shape[k] > x.shape[k]) {
+        return Err(format!(
+            "index dim {k} has size {} but x's is {}; outside dim {d}, index may not be larger than x",
+            idx.shape[k], x.shape[k]
+        ));
+    }
+    Ok(vec![x.clone()])
+}
+
+fn scatter_add_kernel(a: &KernelArgs) -> KernelResult {
+    let (x, idx, src) = (a.inputs[0], a.inputs[1], a.inputs[2]);
+    let d = dim_of(a.attrs.int("dim"), x.shape())?;
+    let indices = checked_indices(idx, x.shape()[d], &format!("dim {d}"))?;
+    // Sums in f64 and rounds once, so the result does not depend on the order of the adds.
+    let mut out = x.to_vec::<f64>();
+    let values = src.to_vec::<f64>();
+    let strides = contiguous_strides(x.shape());
+    let shape = idx.shape();
+    let mut pos = vec![0usize; shape.len()];
+    for (&i, &v) in indices.iter().zip(&values) {
+        let offset: usize = pos
+            .iter()
+            .zip(&strides)
+            .enumerate()
+            .map(|(k, (&p, &s))| if k == d { i as usize * s } else { p * s })
+            .sum();
+        out[offset] += v;
+        for k in (0..pos.len()).rev() {
+            pos[k] += 1;
+            if pos[k] < shape[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(smallvec![with_float!(x.dtype(), T => T::into_buffer(
+        out.into_iter().map(T::from_f64).collect()
+    ))])
 }
 
 // cat(tensors; dim) and stack(tensors; dim)
@@ -348,6 +417,11 @@ fn tri_kernel(a: &KernelArgs, upper: bool) -> KernelResult {
 
 static IN_EMBEDDING: &[InputSpec] = &[InputSpec::tensor("indices"), InputSpec::tensor("weight")];
 static IN_X_INDEX: &[InputSpec] = &[InputSpec::tensor("x"), InputSpec::tensor("index")];
+static IN_X_INDEX_SRC: &[InputSpec] = &[
+    InputSpec::tensor("x"),
+    InputSpec::tensor("index"),
+    InputSpec::tensor("src"),
+];
 static IN_TENSORS: &[InputSpec] = &[InputSpec::list("tensors")];
 static DIM0: &[AttrSpec] = &[AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0))];
 static PAD_ATTRS: &[AttrSpec] = &[
@@ -400,6 +474,14 @@ pub fn defs() -> Vec<OpDef> {
             DIM0,
             infer_gather,
             gather_kernel,
+        ),
+        def(
+            "scatter_add",
+            "x with src added at index along dim: out[i][index[i][j]] += src[i][j] (torch.scatter_add)",
+            IN_X_INDEX_SRC,
+            DIM0,
+            infer_scatter_add,
+            scatter_add_kernel,
         ),
         def(
             "cat",

@@ -15,9 +15,9 @@
 //! - alloc events go out with the op's event under one lock (or on their own before an
 //!   error, so every free event has its alloc event).
 //!
-//! What an op does beyond running (autograd recording a tape node, say) belongs at this path's
-//! registry entry, `Runtime::call_on`, right after `dispatch` returns: the one place that holds
-//! the op, its resolved attributes, its inputs and its outputs together.
+//! What an op does beyond running belongs at this path's registry entry, `Runtime::call_on`,
+//! right after `dispatch` returns: the one place that holds the op, its resolved attributes,
+//! its inputs and its outputs together. Autograd records its nodes there.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
@@ -31,7 +31,7 @@ use crate::device::cost::ModeledTime;
 use crate::device::memory::{Allocation, MemoryError};
 use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
-use crate::events::{EventKind, MemoryEvent, OpEvent, TensorSig};
+use crate::events::{EventKind, MemoryEvent, OpEvent, Phase, TensorSig};
 use crate::ops::registry::{OutputBuffers, ViewResult};
 use crate::tensor::{checked_numel, Layout, Storage, Tensor, TensorMeta};
 
@@ -134,6 +134,7 @@ impl Runtime {
                 bytes: work.cost.bytes,
                 host_us: self.bus.now_us() - start_us,
                 modeled: work.cost.modeled,
+                phase: Phase::current(),
             });
             self.bus.publish_all_at(core, start_us, allocs.chain([op]));
         }

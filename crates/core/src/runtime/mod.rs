@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 pub use dispatch::{guarded, Compute, KernelFn, Placement, Work, WorkCost};
 
+use crate::autograd;
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
 use crate::device::memory::DeviceMemory;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::events::EventBus;
 use crate::ops::attrs::{Attrs, ResolvedAttrs};
 use crate::ops::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpId, Registry};
+use crate::tensor::grad::{AutogradBytes, AutogradUse};
 use crate::tensor::{checked_numel, Buffer, Layout, Storage, Tensor, TensorMeta};
 
 /// Settings for a [`Runtime`].
@@ -53,6 +55,7 @@ pub struct Runtime {
     cost: CostModel,
     bus: Arc<EventBus>,
     default_device: CoreId,
+    autograd: Vec<Arc<AutogradBytes>>,
 }
 
 impl Runtime {
@@ -60,7 +63,11 @@ impl Runtime {
     pub fn new(options: RuntimeOptions) -> Runtime {
         let bus = Arc::new(EventBus::new());
         let memory = DeviceMemory::new(&options.topology, options.host_limit, Some(bus.clone()));
+        let autograd = (0..options.topology.num_cores())
+            .map(|_| Arc::default())
+            .collect();
         Runtime {
+            autograd,
             cost: CostModel::new(&options.topology),
             topology: options.topology,
             memory,
@@ -97,6 +104,17 @@ impl Runtime {
     /// Where ops without tensor inputs (creation ops) put their outputs.
     pub fn default_device(&self) -> CoreId {
         self.default_device
+    }
+
+    /// What autograd holds on `core`: the counters its nodes and leaves account into.
+    pub fn autograd_bytes(&self, core: CoreId) -> Result<Arc<AutogradBytes>> {
+        self.check_core(core)?;
+        Ok(self.autograd[core.0 as usize].clone())
+    }
+
+    /// Bytes autograd holds on `core` (saved activations and gradients), for `%mem`.
+    pub fn autograd_use(&self, core: CoreId) -> Result<AutogradUse> {
+        Ok(self.autograd_bytes(core)?.snapshot())
     }
 
     /// Checks that `core` is one of the visible cores.
@@ -199,6 +217,7 @@ impl Runtime {
     ///
     /// This checks what only the registry knows (the operand count, one core for all inputs,
     /// the attributes, the inferred outputs), then hands the run to [`Runtime::dispatch`].
+    /// When an input requires a gradient, autograd records the op's node on the outputs.
     pub fn call_on(
         &self,
         def: &OpDef,
@@ -263,7 +282,7 @@ impl Runtime {
                 Compute::Buffers(&kernel)
             }
         };
-        self.dispatch(Work {
+        let outputs = self.dispatch(Work {
             name: Cow::Borrowed(def.name),
             operands: &|ins| operands(def, ins),
             inputs: metas,
@@ -271,7 +290,8 @@ impl Runtime {
             placement: Placement::Core(core),
             cost,
             compute,
-        })
+        })?;
+        autograd::record(self, def, &resolved, inputs, outputs)
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod element;
 mod format;
+pub mod grad;
 mod layout;
 mod storage;
 pub mod strided;
@@ -24,6 +25,7 @@ pub use storage::Storage;
 
 use crate::device::topology::CoreId;
 use crate::with_dtype;
+use grad::{GradEdge, Leaf};
 
 /// A tensor: shape, strides and offset over shared [`Storage`] on a simulated NeuronCore.
 ///
@@ -34,6 +36,7 @@ pub struct Tensor {
     storage: Arc<Storage>,
     layout: Layout,
     device: CoreId,
+    grad: Option<GradEdge>,
 }
 
 /// Shape and dtype: what shape inference, guards and events see of a tensor.
@@ -76,6 +79,7 @@ impl Tensor {
             storage,
             layout,
             device,
+            grad: None,
         }
     }
 
@@ -89,6 +93,38 @@ impl Tensor {
             storage: self.storage.clone(),
             layout,
             device: self.device,
+            grad: None,
+        }
+    }
+
+    /// True when gradients flow through this tensor (a leaf marked by the user, or the
+    /// output of an op recorded on such tensors).
+    pub fn requires_grad(&self) -> bool {
+        self.grad.is_some()
+    }
+
+    /// Where this tensor's gradient goes, when it requires one.
+    pub fn grad_edge(&self) -> Option<&GradEdge> {
+        self.grad.as_ref()
+    }
+
+    /// This tensor's data with gradients going to `edge` (`None`: a tensor that requires
+    /// no gradient).
+    pub fn with_grad_edge(mut self, edge: Option<GradEdge>) -> Tensor {
+        self.grad = edge;
+        self
+    }
+
+    /// The same data, outside the graph: no gradient flows through the result.
+    pub fn detach(&self) -> Tensor {
+        self.clone().with_grad_edge(None)
+    }
+
+    /// The leaf behind this tensor, when it is one.
+    pub fn leaf(&self) -> Option<&Arc<Leaf>> {
+        match &self.grad {
+            Some(GradEdge::Leaf(leaf)) => Some(leaf),
+            _ => None,
         }
     }
 

@@ -224,6 +224,7 @@ mod tests {
                     total_s: modeled_us * 1e-6,
                     bound,
                 },
+                phase: Default::default(),
             }),
         )
     }

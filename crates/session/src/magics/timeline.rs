@@ -179,6 +179,7 @@ pub(super) mod tests {
                     total_s: us * 1e-6,
                     bound: Bound::Compute,
                 },
+                phase: Default::default(),
             }),
         }
     }

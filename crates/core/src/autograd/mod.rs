@@ -1,0 +1,131 @@
+//! Reverse-mode autograd on the host, as torch's.
+//!
+//! - Recording ([`record`]): an op run through `Runtime::call_on` (the registry's entry to
+//!   the one dispatch path) on a tensor that requires a gradient records a [`Node`]: the op's
+//!   derivative, its attributes, and what that derivative saved of the inputs and outputs.
+//!   Its float outputs then require a gradient too and point at the node.
+//! - The table of backward formulas ([`derivatives`]): one row per registry op, either a VJP
+//!   written as registry ops (so backward runs through the same kernels, costs and events, and
+//!   can be traced) or explicitly not differentiable.
+//! - The engine ([`engine`]): `backward` and the functional `grad` walk the recorded nodes in
+//!   reverse creation order, reduce broadcast gradients back to each input's shape, accumulate
+//!   leaves' `.grad`, and free saved tensors unless asked to retain the graph.
+//!
+//! Grad mode is per thread, as torch's: [`no_grad`] turns recording off around a closure.
+//! Ops that backward runs are tagged [`Phase::Backward`](crate::events::Phase) in their events.
+//!
+//! [`Node`]: crate::tensor::grad::Node
+
+pub mod derivatives;
+pub mod engine;
+mod record;
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+pub use engine::{backward, grad};
+pub(crate) use record::record;
+
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::tensor::grad::{GradEdge, Leaf};
+use crate::tensor::Tensor;
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static IN_BACKWARD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True when ops on tensors that require a gradient are recorded (the default; see
+/// [`no_grad`]).
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Turns recording on or off for this thread and returns what it was.
+pub fn set_grad_enabled(enabled: bool) -> bool {
+    GRAD_ENABLED.with(|g| g.replace(enabled))
+}
+
+/// Runs `f` with recording off, as `torch.no_grad()`, and restores the mode after.
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_grad_enabled(self.0);
+        }
+    }
+    let _restore = Restore(set_grad_enabled(false));
+    f()
+}
+
+/// True while this thread runs a backward pass.
+pub fn in_backward() -> bool {
+    IN_BACKWARD.with(Cell::get)
+}
+
+/// Runs `f` as backward: recording off, and its ops tagged as backward.
+fn as_backward<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_BACKWARD.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_BACKWARD.with(|b| b.replace(true)));
+    no_grad(f)
+}
+
+/// `t` marked as a leaf that requires a gradient (torch's `requires_grad_()`): a new leaf
+/// for a tensor outside the graph, `t` itself when it already is a leaf.
+///
+/// Only float tensors can require gradients, and an op's output cannot be made a leaf
+/// (detach it first), as in torch.
+pub fn requires_grad(rt: &Runtime, t: &Tensor) -> Result<Tensor> {
+    if !t.dtype().is_float() {
+        return Err(Error::Autograd(format!(
+            "only float tensors can require gradients, not {}; cast it to a float dtype first",
+            t.meta()
+        )));
+    }
+    match t.grad_edge() {
+        Some(GradEdge::Leaf(_)) => Ok(t.clone()),
+        Some(GradEdge::Node { node, .. }) => Err(Error::Autograd(format!(
+            "this tensor is the output of {} in the graph, not a leaf; \
+             call detach() first to make a new leaf of its data",
+            node.name
+        ))),
+        None => {
+            let leaf = Leaf::new(rt.autograd_bytes(t.device())?);
+            Ok(t.detach()
+                .with_grad_edge(Some(GradEdge::Leaf(Arc::new(leaf)))))
+        }
+    }
+}
+
+/// `param`'s leaf with its data replaced by `data` (an optimizer's in-place update): the
+/// gradient and identity stay, the version counts one more. Shape, dtype and core must not
+/// change.
+pub fn replace_data(param: &Tensor, data: &Tensor) -> Result<Tensor> {
+    if param.meta() != data.meta() || param.device() != data.device() {
+        return Err(Error::Autograd(format!(
+            "an in-place update must keep the tensor's shape, dtype and core: \
+             {} on {} cannot become {} on {}",
+            param.meta(),
+            param.device(),
+            data.meta(),
+            data.device()
+        )));
+    }
+    if let Some(GradEdge::Node { node, .. }) = param.grad_edge() {
+        return Err(Error::Autograd(format!(
+            "this tensor is the output of {} in the graph; only leaves and tensors outside \
+             the graph can be updated in place",
+            node.name
+        )));
+    }
+    if let Some(leaf) = param.leaf() {
+        leaf.bump_version();
+    }
+    Ok(data.detach().with_grad_edge(param.grad_edge().cloned()))
+}
