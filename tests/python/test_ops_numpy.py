@@ -267,6 +267,9 @@ class Case:
     inputs: list[Operand]
     attrs: dict
     id: str = ""
+    # A gradient request (tests/python/test_grad_jax.py): {"wrt": [input indices],
+    # "cotangent": (natural values, dtype)}.
+    grad: dict | None = None
 
     def describe(self) -> str:
         args = ", ".join(o.describe() for o in self.inputs)
@@ -1394,7 +1397,14 @@ def run_batch(binary: pathlib.Path, directory: pathlib.Path, cases: list[Case], 
             (directory / file).write_bytes(encode(o.base, o.dtype))
             views = [{"op": op, "attrs": at} for op, at in o.views]
             inputs.append({"file": file, "dtype": o.dtype, "shape": list(o.base.shape), "views": views})
-        specs.append({"id": case.id, "op": case.op, "inputs": inputs, "attrs": case.attrs})
+        spec = {"id": case.id, "op": case.op, "inputs": inputs, "attrs": case.attrs}
+        if case.grad is not None:
+            values, dtype = case.grad["cotangent"]
+            file = f"{case.id}.cotangent.bin"
+            (directory / file).write_bytes(encode(values, dtype))
+            cotangent = {"file": file, "dtype": dtype, "shape": list(np.shape(values))}
+            spec["grad"] = {"wrt": case.grad["wrt"], "cotangent": cotangent}
+        specs.append(spec)
     (directory / "cases.json").write_text(json.dumps(specs))
     proc = subprocess.run([str(binary), "run", str(directory)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, f"opcheck run failed ({proc.returncode}): {proc.stderr}"
@@ -1403,6 +1413,9 @@ def run_batch(binary: pathlib.Path, directory: pathlib.Path, cases: list[Case], 
         if r["ok"]:
             r["raw"] = [(directory / o["file"]).read_bytes() for o in r["outputs"]]
             r["values"] = [decode(raw, o["dtype"], o["shape"]) for raw, o in zip(r["raw"], r["outputs"])]
+            r["grad_values"] = [
+                decode((directory / g["file"]).read_bytes(), g["dtype"], g["shape"]) for g in r.get("grads", [])
+            ]
     return results
 
 

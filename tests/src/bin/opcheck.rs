@@ -4,7 +4,11 @@
 //! - `opcheck run DIR` reads `DIR/cases.json`, runs each case through the real runtime and
 //!   writes `DIR/results.json` plus one raw little-endian file per output.
 //!
-//! A case: `{"id", "op", "inputs": [{"file", "dtype", "shape", "views": [...]}], "attrs": {..}}`.
+//! A case: `{"id", "op", "inputs": [{"file", "dtype", "shape", "views": [...]}], "attrs": {..}}`,
+//! and optionally `"grad": {"wrt": [input indices], "cotangent": {"file", "dtype", "shape"}}`:
+//! those inputs (after their views) become leaves that require grad, and the result also
+//! lists `"grads"`, the vector-Jacobian product of the output with the cotangent, one file
+//! per input in `wrt` (what tests/python/test_grad_jax.py checks against `jax.vjp`).
 //! Input files hold a dense base array; each view in `views` is a registry op applied to it
 //! first (`{"op": "transpose", "attrs": {"dim0": 0, "dim1": 1}}`), so kernels see strided,
 //! broadcast and offset inputs. Attribute values: JSON ints are ints, floats are floats, int
@@ -13,6 +17,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use neuronlab_core::autograd::{self, derivatives, derivatives::Derivative};
 use neuronlab_core::ops::{AttrValue, Attrs, Registry};
 use neuronlab_core::tensor::Buffer;
 use neuronlab_core::{DType, Runtime, Tensor};
@@ -46,6 +51,17 @@ fn attrs_from(v: Option<&Value>) -> Result<Attrs, String> {
 }
 
 fn load_input(rt: &Runtime, dir: &Path, spec: &Value) -> Result<Tensor, String> {
+    let mut t = load_dense(rt, dir, spec)?;
+    for view in spec["views"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let op = view["op"].as_str().ok_or("view without op")?;
+        t = rt
+            .call1(op, &[&t], &attrs_from(view.get("attrs"))?)
+            .map_err(|e| format!("view {op}: {e}"))?;
+    }
+    Ok(t)
+}
+
+fn load_dense(rt: &Runtime, dir: &Path, spec: &Value) -> Result<Tensor, String> {
     let file = spec["file"].as_str().ok_or("input without file")?;
     let dtype: DType = spec["dtype"]
         .as_str()
@@ -61,43 +77,73 @@ fn load_input(rt: &Runtime, dir: &Path, spec: &Value) -> Result<Tensor, String> 
     let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
     let buffer = Buffer::from_le_bytes(dtype, &bytes)
         .ok_or(format!("{file}: size is not a multiple of {dtype}"))?;
-    let mut t = rt.tensor(buffer, &shape).map_err(|e| e.to_string())?;
-    for view in spec["views"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-        let op = view["op"].as_str().ok_or("view without op")?;
-        t = rt
-            .call1(op, &[&t], &attrs_from(view.get("attrs"))?)
-            .map_err(|e| format!("view {op}: {e}"))?;
-    }
-    Ok(t)
+    rt.tensor(buffer, &shape).map_err(|e| e.to_string())
+}
+
+fn write_tensor(dir: &Path, file: String, t: &Tensor) -> Result<Value, String> {
+    std::fs::write(dir.join(&file), t.to_buffer().to_le_bytes())
+        .map_err(|e| format!("{file}: {e}"))?;
+    Ok(json!({"file": file, "dtype": t.dtype().name(), "shape": t.shape()}))
+}
+
+/// The case's `grad` request: which inputs, and the output's cotangent.
+fn grad_request(
+    rt: &Runtime,
+    dir: &Path,
+    case: &Value,
+) -> Result<Option<(Vec<usize>, Tensor)>, String> {
+    let Some(request) = case.get("grad") else {
+        return Ok(None);
+    };
+    let wrt = request["wrt"]
+        .as_array()
+        .ok_or("grad without wrt")?
+        .iter()
+        .map(|i| i.as_u64().map(|i| i as usize).ok_or("bad wrt index"))
+        .collect::<Result<_, _>>()?;
+    let cotangent = load_dense(rt, dir, &request["cotangent"])?;
+    Ok(Some((wrt, cotangent)))
 }
 
 fn run_case(rt: &Runtime, dir: &Path, case: &Value) -> Value {
     let id = case["id"].as_str().unwrap_or("?").to_string();
-    let result = (|| -> Result<Vec<Value>, String> {
+    let result = (|| -> Result<(Vec<Value>, Vec<Value>), String> {
         let op = case["op"].as_str().ok_or("case without op")?;
-        let inputs: Vec<Tensor> = case["inputs"]
+        let mut inputs: Vec<Tensor> = case["inputs"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or(&[])
             .iter()
             .map(|s| load_input(rt, dir, s))
             .collect::<Result<_, _>>()?;
+        let request = grad_request(rt, dir, case)?;
+        for &i in request.iter().flat_map(|(wrt, _)| wrt) {
+            let input = inputs.get(i).ok_or(format!("wrt {i}: no such input"))?;
+            inputs[i] = autograd::requires_grad(rt, input).map_err(|e| e.to_string())?;
+        }
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let attrs = attrs_from(case.get("attrs"))?;
         let outputs = rt.call(op, &refs, &attrs).map_err(|e| e.to_string())?;
-        outputs
+        let written = outputs
             .iter()
             .enumerate()
-            .map(|(k, t)| {
-                let file = format!("{id}.out{k}.bin");
-                std::fs::write(dir.join(&file), t.to_buffer().to_le_bytes())
-                    .map_err(|e| format!("{file}: {e}"))?;
-                Ok(json!({"file": file, "dtype": t.dtype().name(), "shape": t.shape()}))
-            })
-            .collect()
+            .map(|(k, t)| write_tensor(dir, format!("{id}.out{k}.bin"), t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((wrt, cotangent)) = request else {
+            return Ok((written, Vec::new()));
+        };
+        let leaves: Vec<Tensor> = wrt.iter().map(|&i| inputs[i].clone()).collect();
+        let grads = autograd::grad(rt, &outputs[..1], &[Some(cotangent)], &leaves, false)
+            .map_err(|e| format!("backward: {e}"))?;
+        let grads = grads
+            .iter()
+            .zip(&wrt)
+            .map(|(g, i)| write_tensor(dir, format!("{id}.grad{i}.bin"), g))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((written, grads))
     })();
     match result {
-        Ok(outputs) => json!({"id": id, "ok": true, "outputs": outputs}),
+        Ok((outputs, grads)) => json!({"id": id, "ok": true, "outputs": outputs, "grads": grads}),
         Err(error) => json!({"id": id, "ok": false, "error": error}),
     }
 }
@@ -114,6 +160,7 @@ fn list() -> Value {
                 "schema": op.schema(),
                 "inputs": op.inputs.iter().map(|i| json!({"name": i.name, "kind": format!("{:?}", i.kind)})).collect::<Vec<_>>(),
                 "attrs": op.attrs.iter().map(|a| a.name).collect::<Vec<_>>(),
+                "differentiable": matches!(derivatives::of(op.name), Some(Derivative::Vjp { .. })),
             })
         })
         .collect();

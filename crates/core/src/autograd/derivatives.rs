@@ -430,7 +430,9 @@ fn pow(v: &Vjp) -> Result<Grads> {
     })?;
     // ... and zero where the base is 0 and the exponent >= 0 (log 0 would make it NaN).
     let db = v.when(1, || {
-        let d = v.mul(&v.mul(g, v.y(0)?)?, &v.unary("log", a)?)?;
+        // log in the result's precision: the base may be narrower than the exponent.
+        let y = v.y(0)?;
+        let d = v.mul(&v.mul(g, y)?, &v.unary("log", &v.cast(a, y.dtype())?)?)?;
         let zero_base = v.compare("eq", a, 0.0)?;
         let nonneg = v.compare("ge", b, 0.0)?;
         let masked = v.binary("logical_and", &zero_base, &nonneg)?;
@@ -607,6 +609,10 @@ fn softmax_dim(v: &Vjp) -> Result<usize> {
 }
 
 fn softmax(v: &Vjp) -> Result<Grads> {
+    if v.input(0).shape.is_empty() {
+        // Of a 0-d tensor (as torch allows): the constant 1.
+        return one(v.scale(v.g(), 0.0));
+    }
     let y = v.wide(v.y(0)?)?;
     let g = v.wide(v.g())?;
     let d = softmax_dim(v)?;
@@ -615,6 +621,10 @@ fn softmax(v: &Vjp) -> Result<Grads> {
 }
 
 fn log_softmax(v: &Vjp) -> Result<Grads> {
+    if v.input(0).shape.is_empty() {
+        // Of a 0-d tensor: the constant 0.
+        return one(v.scale(v.g(), 0.0));
+    }
     let y = v.wide(v.y(0)?)?;
     let g = v.wide(v.g())?;
     let d = softmax_dim(v)?;
@@ -768,7 +778,8 @@ fn pad(v: &Vjp) -> Result<Grads> {
 
 fn cross_entropy(v: &Vjp) -> Result<Grads> {
     let logits = v.wide(v.x(0)?)?;
-    let target = v.x(1)?;
+    // In i64, so that ignore_index (-100 by default) compares with any index dtype.
+    let target = &v.cast(v.x(1)?, DType::I64)?;
     let dt = logits.dtype();
     let classes = *logits.shape().last().unwrap_or(&0);
     let p = v.op("softmax", &[&logits], Attrs::new().with("dim", -1i64))?;
