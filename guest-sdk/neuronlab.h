@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.3, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.4, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 3)
+#define NL_ABI_VERSION ((1 << 16) | 4)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -54,6 +54,7 @@ extern "C" {
 #define NL_ERR_TOO_SMALL (-8)   /* the output buffer is smaller than the data */
 #define NL_ERR_UNAVAILABLE (-9) /* known, but not available here */
 #define NL_ERR_COLLECTIVE (-10) /* a collective failed across ranks (disagreement, timeout) */
+#define NL_ERR_GRAD (-11)       /* autograd refused (ABI 1.4) */
 
 /** The name of an error code, such as "ERR_OP"; "ERR_OTHER" for an unknown code. */
 static inline const char *nl_error_name(int32_t code) {
@@ -68,6 +69,7 @@ static inline const char *nl_error_name(int32_t code) {
     case NL_ERR_TOO_SMALL: return "ERR_TOO_SMALL";
     case NL_ERR_UNAVAILABLE: return "ERR_UNAVAILABLE";
     case NL_ERR_COLLECTIVE: return "ERR_COLLECTIVE";
+    case NL_ERR_GRAD: return "ERR_GRAD";
     default: return "ERR_OTHER";
     }
 }
@@ -233,6 +235,29 @@ int32_t nl_var_set_value(const char *name, int32_t name_len, int32_t kind, const
 /** Copies up to `cap` bytes of the plain value's "<type>\n<text>"; returns its full length. */
 NL_IMPORT("var_get_value")
 int32_t nl_var_get_value(const char *name, int32_t name_len, char *ptr, int32_t cap);
+
+/* grad (ABI 1.4): autograd. */
+/** Marks the tensor as a leaf that requires a gradient; 0. */
+NL_IMPORT("grad_requires") int32_t nl_grad_requires(int32_t h);
+/** 1 when the tensor requires a gradient, else 0. */
+NL_IMPORT("grad_is_required") int32_t nl_grad_is_required(int32_t h);
+/** Adds the gradients of h (grad_h its gradient, or 0 for a one-element h) into the leaves. */
+NL_IMPORT("grad_backward") int32_t nl_grad_backward(int32_t h, int32_t grad_h, int32_t retain_graph);
+/** A new handle to the leaf's gradient, or 0 when it has none. */
+NL_IMPORT("grad_get") int32_t nl_grad_get(int32_t h);
+/** Sets the leaf's gradient to grad_h's tensor, or clears it for grad_h 0; 0. */
+NL_IMPORT("grad_set") int32_t nl_grad_set(int32_t h, int32_t grad_h);
+/** A new handle to the same data outside the graph. */
+NL_IMPORT("grad_detach") int32_t nl_grad_detach(int32_t h);
+/** Turns recording on or off; returns the previous mode. */
+NL_IMPORT("grad_set_enabled") int32_t nl_grad_set_enabled(int32_t enabled);
+/** The gradients of the outputs with respect to each input, as new handles at results. */
+NL_IMPORT("grad_compute")
+int32_t nl_grad_compute(const int32_t *outputs, int32_t n_outputs, const int32_t *grads,
+                        const int32_t *inputs, int32_t n_inputs, int32_t *results,
+                        int32_t retain_graph);
+/** Replaces h's data with data_h's, keeping its leaf; 0. */
+NL_IMPORT("grad_assign") int32_t nl_grad_assign(int32_t h, int32_t data_h);
 
 #undef NL_IMPORT
 

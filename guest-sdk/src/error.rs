@@ -57,6 +57,10 @@ pub enum ErrorKind {
     /// op, its attributes, the dtype or the shape, or a rank never arrived (it finished,
     /// trapped or waited elsewhere past the collective timeout).
     Collective,
+    /// `ERR_GRAD` (-11): autograd refused: backward of a tensor that does not require a
+    /// gradient, of a non-scalar without one, or twice through a freed graph; an in-place
+    /// update that changes the shape.
+    Grad,
     /// A negative code this SDK does not know (from a newer host).
     Other(i32),
 }
@@ -81,6 +85,7 @@ impl ErrorKind {
             -8 => ErrorKind::TooSmall,
             -9 => ErrorKind::Unavailable,
             -10 => ErrorKind::Collective,
+            -11 => ErrorKind::Grad,
             other => ErrorKind::Other(other),
         }
     }
@@ -104,6 +109,7 @@ impl ErrorKind {
             ErrorKind::TooSmall => -8,
             ErrorKind::Unavailable => -9,
             ErrorKind::Collective => -10,
+            ErrorKind::Grad => -11,
             ErrorKind::Other(code) => code,
         }
     }
@@ -127,6 +133,7 @@ impl ErrorKind {
             ErrorKind::TooSmall => "ERR_TOO_SMALL",
             ErrorKind::Unavailable => "ERR_UNAVAILABLE",
             ErrorKind::Collective => "ERR_COLLECTIVE",
+            ErrorKind::Grad => "ERR_GRAD",
             ErrorKind::Other(_) => "ERR_OTHER",
         }
     }
@@ -135,7 +142,7 @@ impl ErrorKind {
 /// An error from the host (its code and the message `last_error` gave) or from the SDK's own
 /// checks (such as reading an `f32` tensor as `i64`).
 ///
-/// It displays as `ERR_OP: <message>`; an unknown code shows as `error -12: <message>`.
+/// It displays as `ERR_OP: <message>`; an unknown code shows as `error -99: <message>`.
 ///
 /// # Example
 ///

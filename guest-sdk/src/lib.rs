@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.3) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.4) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -62,6 +62,7 @@
 #![warn(missing_docs)]
 
 mod attrs;
+pub mod autograd;
 mod compile;
 pub mod dist;
 mod dtype;
@@ -69,6 +70,7 @@ mod entry;
 mod error;
 mod op;
 pub mod ops;
+pub mod optim;
 mod output;
 pub mod plot;
 pub mod prelude;
@@ -77,6 +79,7 @@ mod tensor;
 pub mod vars;
 
 pub use attrs::Attrs;
+pub use autograd::{grad, is_grad_enabled, no_grad};
 pub use compile::{
     compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, CompileStats,
     Compiled, Function,

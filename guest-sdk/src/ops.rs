@@ -2978,6 +2978,82 @@ impl GatherOptions {
     }
 }
 
+impl Tensor {
+    /// x with src added at index along dim: out\[i\]\[index\[i\]\[j\]\] += src\[i\]\[j\] (torch.scatter\_add).
+    ///
+    /// Attributes with defaults keep them; [`Tensor::scatter_add_with`] sets them.
+    ///
+    /// Op `scatter_add` (indexing): `scatter_add(x, index, src; dim: int = 0) -> out`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let out = x.scatter_add(&index, &src)?;
+    /// ```
+    pub fn scatter_add(&self, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.scatter_add_with(index, src, ScatterAddOptions::new())
+    }
+
+    /// x with src added at index along dim: out\[i\]\[index\[i\]\[j\]\] += src\[i\]\[j\] (torch.scatter\_add).
+    ///
+    /// Sets the attributes that have defaults through [`ScatterAddOptions`].
+    ///
+    /// Op `scatter_add` (indexing): `scatter_add(x, index, src; dim: int = 0) -> out`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let options = ScatterAddOptions::new().dim(dim);
+    /// let out = x.scatter_add_with(&index, &src, options)?;
+    /// ```
+    pub fn scatter_add_with(
+        &self,
+        index: &Tensor,
+        src: &Tensor,
+        options: ScatterAddOptions,
+    ) -> Result<Tensor> {
+        static OP: Op = Op::new("scatter_add");
+        OP.call(&[self, index, src], options.attrs())
+    }
+}
+
+/// Options of [`Tensor::scatter_add_with`]: the attributes of `scatter_add` that have defaults.
+///
+/// An option left unset takes the host's default.
+///
+/// # Example
+///
+/// ```ignore
+/// let options = ScatterAddOptions::new().dim(dim);
+/// let out = x.scatter_add_with(&index, &src, options)?;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScatterAddOptions {
+    dim: Option<i64>,
+}
+
+impl ScatterAddOptions {
+    /// No options set: every attribute takes its default.
+    pub fn new() -> ScatterAddOptions {
+        ScatterAddOptions::default()
+    }
+
+    /// Sets `dim`: `dim: int = 0`.
+    #[must_use]
+    pub fn dim(mut self, dim: i64) -> ScatterAddOptions {
+        self.dim = Some(dim);
+        self
+    }
+
+    fn attrs(&self) -> Attrs {
+        let mut attrs = Attrs::new();
+        if let Some(value) = &self.dim {
+            attrs = attrs.int("dim", *value);
+        }
+        attrs
+    }
+}
+
 /// concatenates tensors along an existing dim.
 ///
 /// Attributes with defaults keep them; [`cat_with`] sets them.

@@ -20,8 +20,12 @@
 //! ```
 
 pub use crate::ops::*;
+pub use crate::optim::{
+    clip_grad_norm_, cosine_schedule_with_warmup, linear_schedule_with_warmup, Adam, AdamConfig,
+    AdamW, AdamWConfig, LrScheduler, Optimizer, SGDConfig, SGD,
+};
 pub use crate::{
-    call, clear_output, compile, compile_with, dist, from_slice, lazy, plot, sync, Attrs, Bf16,
+    call, clear_output, compile, grad, no_grad, compile_with, dist, from_slice, lazy, plot, sync, Attrs, Bf16,
     CompileOptions, Compiled, DTensor, DType, DeviceMesh, DisplayHandle, Error, ErrorKind, Group,
     Placement, ReduceOp, Result, Tensor, F16,
 };

@@ -1,4 +1,4 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist and vars groups) and thin
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars and grad groups) and thin
 //! safe wrappers over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
@@ -123,6 +123,24 @@ mod ffi {
             len: i32,
         ) -> i32;
         pub fn var_get_value(name_ptr: *const u8, name_len: i32, ptr: *mut u8, cap: i32) -> i32;
+
+        pub fn grad_requires(h: u32) -> i32;
+        pub fn grad_is_required(h: u32) -> i32;
+        pub fn grad_backward(h: u32, grad_h: u32, retain_graph: i32) -> i32;
+        pub fn grad_get(h: u32) -> i32;
+        pub fn grad_set(h: u32, grad_h: u32) -> i32;
+        pub fn grad_detach(h: u32) -> i32;
+        pub fn grad_set_enabled(enabled: i32) -> i32;
+        pub fn grad_compute(
+            outputs_ptr: *const u32,
+            n_outputs: i32,
+            grads_ptr: *const u32,
+            inputs_ptr: *const u32,
+            n_inputs: i32,
+            results_ptr: *mut u32,
+            retain_graph: i32,
+        ) -> i32;
+        pub fn grad_assign(h: u32, data_h: u32) -> i32;
     }
 }
 
@@ -559,4 +577,79 @@ pub(crate) fn var_get_value(name: &str) -> Result<String> {
     read_bytes(|ptr, cap| unsafe { ffi::var_get_value(name.as_ptr(), name_len, ptr, cap) })
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .map_err(host_error)
+}
+
+/// Marks the tensor behind `h` as a leaf that requires a gradient.
+pub(crate) fn grad_requires(h: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_requires(h) }).map(drop)
+}
+
+/// True when the tensor requires a gradient.
+pub(crate) fn grad_is_required(h: u32) -> Result<bool> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_is_required(h) }).map(|r| r != 0)
+}
+
+/// Backward from `h`, with its gradient `grad_h` (0: implicitly 1).
+pub(crate) fn grad_backward(h: u32, grad_h: u32, retain_graph: bool) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_backward(h, grad_h, retain_graph as i32) }).map(drop)
+}
+
+/// The leaf's gradient handle, if it has one.
+pub(crate) fn grad_get(h: u32) -> Result<Option<u32>> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_get(h) }).map(|g| (g != 0).then_some(g as u32))
+}
+
+/// Sets the leaf's gradient (0: clears it).
+pub(crate) fn grad_set(h: u32, grad_h: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_set(h, grad_h) }).map(drop)
+}
+
+/// A new handle to the same data outside the graph.
+pub(crate) fn grad_detach(h: u32) -> Result<u32> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_detach(h) }).map(|g| g as u32)
+}
+
+/// Sets grad mode; returns the previous one.
+pub(crate) fn grad_set_enabled(enabled: bool) -> bool {
+    // SAFETY: no memory is passed; the import cannot fail.
+    unsafe { ffi::grad_set_enabled(enabled as i32) != 0 }
+}
+
+/// The gradients of `outputs` (with `grads`, 0 for implicit) with respect to `inputs`.
+pub(crate) fn grad_compute(
+    outputs: &[u32],
+    grads: &[u32],
+    inputs: &[u32],
+    retain_graph: bool,
+) -> Result<Vec<u32>> {
+    let n_outputs = abi_len(outputs.len(), "the outputs")?;
+    let n_inputs = abi_len(inputs.len(), "the inputs")?;
+    let mut results = vec![0u32; inputs.len()];
+    // SAFETY: the host reads `n_outputs` handles at each of the first two pointers and
+    // `n_inputs` at the third, and writes `n_inputs` handles to `results`; the slices own
+    // that memory (`grads` has one entry per output).
+    check(unsafe {
+        ffi::grad_compute(
+            outputs.as_ptr(),
+            n_outputs,
+            grads.as_ptr(),
+            inputs.as_ptr(),
+            n_inputs,
+            results.as_mut_ptr(),
+            retain_graph as i32,
+        )
+    })?;
+    Ok(results)
+}
+
+/// Replaces `h`'s data with `data_h`'s, keeping its leaf.
+pub(crate) fn grad_assign(h: u32, data_h: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::grad_assign(h, data_h) }).map(drop)
 }

@@ -175,3 +175,52 @@ def test_bucketing_compiles_once_per_bucket_instead_of_once_per_length():
     ) in out.stderr
     assert "compiled graphs: exact lengths 10 version(s), buckets 3 version(s)" in out.stdout
     assert float(re.search(r"max \|exact - bucketed\| = (\S+)", out.stdout).group(1)) < 1e-5
+
+
+def adamw_reference(params, grads_fn, steps, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    """torch.optim.AdamW's documented update, in float32: decoupled decay, then bias-corrected
+    moments with eps added after the square root. Returns the loss before each step."""
+    f32 = np.float32
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    losses = []
+    for t in range(1, steps + 1):
+        loss, grads = grads_fn(params)
+        losses.append(loss)
+        bias1, bias2_sqrt = 1 - betas[0] ** t, math.sqrt(1 - betas[1] ** t)
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p = p * f32(1 - lr * weight_decay)
+            m[i] = m[i] + f32(1 - betas[0]) * (g - m[i])
+            v[i] = f32(betas[1]) * v[i] + f32(1 - betas[1]) * g * g
+            denom = np.sqrt(v[i]) / f32(bias2_sqrt) + f32(eps)
+            params[i] = p - (m[i] * f32(lr / bias1)) / denom
+    return losses
+
+
+def test_train_mlp_loss_follows_adamw_by_hand():
+    proc = run(module("train-mlp"))
+    assert proc.returncode == 0, proc.stderr
+    f32 = np.float32
+    x = values(proc.stdout, "x").astype(f32).reshape(16, 4)
+    y = values(proc.stdout, "y").astype(f32).reshape(16, 1)
+    w1 = values(proc.stdout, "w1").astype(f32).reshape(4, 8)
+    w2 = values(proc.stdout, "w2").astype(f32).reshape(8, 1)
+
+    def loss_and_grads(params):
+        w1, b1, w2, b2 = params
+        pre = x @ w1 + b1
+        hidden = np.maximum(pre, 0)
+        pred = hidden @ w2 + b2
+        loss = np.mean((pred - y) ** 2)
+        dpred = f32(2) * (pred - y) / f32(pred.size)
+        dhidden = (dpred @ w2.T) * (pre > 0)
+        return float(loss), [x.T @ dhidden, dhidden.sum(0), hidden.T @ dpred, dpred.sum(0)]
+
+    params = [w1, np.zeros(8, f32), w2, np.zeros(1, f32)]
+    want = adamw_reference(params, loss_and_grads, 20)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == [str(n) for n in range(1, 21)], proc.stdout
+    got = [float(line.split()[3]) for line in lines]
+    # f32 throughout; the two sides sum in different orders, so the steps drift apart slowly.
+    np.testing.assert_allclose(got, want, rtol=2e-4)
+    assert got[-1] < 0.5 * got[0], f"the loss did not fall: {got}"

@@ -134,6 +134,15 @@ impl<T> HandleTable<T> {
             .expect("resolve checks liveness"))
     }
 
+    /// The value behind a live handle, to replace in place.
+    pub fn get_mut(&mut self, handle: u32) -> Result<&mut T, HandleError> {
+        let slot = self.resolve(handle)?;
+        Ok(self.slots[slot]
+            .value
+            .as_mut()
+            .expect("resolve checks liveness"))
+    }
+
     /// Every live value.
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|s| s.value.as_ref())

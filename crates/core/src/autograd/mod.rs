@@ -103,6 +103,30 @@ pub fn requires_grad(rt: &Runtime, t: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Replaces the gradient of leaf `t` (`None` clears it); the gradient must match the leaf's
+/// shape, dtype and core.
+pub fn set_grad(t: &Tensor, grad: Option<Tensor>) -> Result<()> {
+    let Some(leaf) = t.leaf() else {
+        return Err(Error::Autograd(format!(
+            "only a leaf holds a gradient, and this {} is not one (mark it with requires_grad)",
+            t.meta()
+        )));
+    };
+    if let Some(g) = &grad {
+        if g.meta() != t.meta() || g.device() != t.device() {
+            return Err(Error::Autograd(format!(
+                "a gradient must match its leaf: {} on {} for a leaf {} on {}",
+                g.meta(),
+                g.device(),
+                t.meta(),
+                t.device()
+            )));
+        }
+    }
+    leaf.set_grad(grad.map(|g| g.detach()));
+    Ok(())
+}
+
 /// `param`'s leaf with its data replaced by `data` (an optimizer's in-place update): the
 /// gradient and identity stay, the version counts one more. Shape, dtype and core must not
 /// change.

@@ -35,6 +35,8 @@ pub struct GuestState {
     pub(crate) comm: RankComm,
     /// What every guest of the session shares: its variables and compiled programs.
     pub(crate) shared: Shared,
+    /// Grad mode (`grad_set_enabled`): whether this guest's ops record for autograd.
+    pub(crate) grad_enabled: bool,
     pub(crate) call_started: Instant,
     /// Whether the guest printed to stderr in the current call (a trap's note says so).
     pub(crate) wrote_stderr: bool,
@@ -77,6 +79,7 @@ impl GuestState {
             interrupt,
             comm,
             shared,
+            grad_enabled: true,
             call_started: Instant::now(),
             wrote_stderr: false,
             started: Instant::now(),

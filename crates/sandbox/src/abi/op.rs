@@ -11,6 +11,7 @@ use super::table::{imports, Import};
 use crate::attr_codec;
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::GuestValue;
+use neuronlab_core::autograd;
 use neuronlab_core::ops::{OpId, Registry};
 use neuronlab_core::tensor::Tensor;
 
@@ -84,6 +85,20 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
     }
     if caller.data().compile.recording() {
         let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
+        let records_grad = caller.data().grad_enabled
+            && inputs
+                .iter()
+                .any(|v| matches!(v, GuestValue::Eager(t) if t.requires_grad()));
+        if records_grad {
+            return Err(Fail(
+                ErrorCode::Grad,
+                format!(
+                    "{}: compile does not trace gradients yet, and an input requires one; \
+                     run this step eagerly, or under no_grad",
+                    def.name
+                ),
+            ));
+        }
         let attrs = attr_codec::decode(&read(caller, attrs_ptr, attrs_len)?)
             .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
         let state = caller.data_mut();
@@ -108,6 +123,7 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
             let h = u32::from_le_bytes(c.try_into().expect("4 bytes"));
             inputs.push(state.handles.get(h)?.as_eager()?);
         }
+        autograd::set_grad_enabled(state.grad_enabled);
         state.runtime.call_on(def, &inputs, &attrs, state.core)?
     };
     write_new_handles(

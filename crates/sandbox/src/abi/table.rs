@@ -24,6 +24,8 @@ pub enum Group {
     Dist,
     /// Session variables.
     Vars,
+    /// Autograd: leaves, backward, gradients and grad mode.
+    Grad,
 }
 
 impl Group {
@@ -36,6 +38,7 @@ impl Group {
             Group::Compile => "compile",
             Group::Dist => "dist",
             Group::Vars => "vars",
+            Group::Grad => "grad",
         }
     }
 
@@ -45,6 +48,7 @@ impl Group {
             Group::Sys | Group::Tensor | Group::Op => (1, 0),
             Group::Compile => (1, 1),
             Group::Dist | Group::Vars => (1, 2),
+            Group::Grad => (1, 4),
         }
     }
 }
