@@ -117,9 +117,8 @@ fn header() -> Vec<Declared> {
                 .chars()
                 .take_while(|c| c.is_ascii_lowercase())
                 .collect();
-            if ["sys", "tensor", "op", "compile", "dist", "vars"].contains(&word.as_str())
-                && comment[word.len()..].starts_with([' ', ':'])
-            {
+            let is_group = imports().any(|i| i.group.name() == word);
+            if is_group && comment[word.len()..].starts_with([' ', ':']) {
                 group = Some(word);
             }
             rest = &rest[g + 3..];
