@@ -217,7 +217,8 @@ impl Vjp<'_> {
         self.mul(t, &self.scalar(value, t.dtype())?)
     }
 
-    fn cast(&self, t: &Tensor, dtype: DType) -> Result<Tensor> {
+    /// `t` in `dtype` (itself when it already is).
+    pub(crate) fn cast(&self, t: &Tensor, dtype: DType) -> Result<Tensor> {
         if t.dtype() == dtype {
             return Ok(t.clone());
         }

@@ -153,11 +153,6 @@ fn walk(
     }
     let nodes = reachable(roots_nodes);
     let mut captured = HashMap::new();
-    for (key, (_, g)) in &leaves {
-        if wanted.contains(key) {
-            captured.insert(*key, g.clone());
-        }
-    }
     for node in &nodes {
         let ptr = Arc::as_ptr(node) as usize;
         let state = node.state();
@@ -299,11 +294,7 @@ fn fit(v: &Vjp, g: Tensor, input: &TensorMeta, op: &str, j: usize) -> Result<Ten
             g.meta()
         )));
     }
-    if g.dtype() == input.dtype {
-        return Ok(g);
-    }
-    let attrs = Attrs::new().with("dtype", input.dtype);
-    v.op("cast", &[&g], attrs)
+    v.cast(&g, input.dtype)
 }
 
 fn zeros(rt: &Runtime, meta: &TensorMeta, core: CoreId) -> Result<Tensor> {

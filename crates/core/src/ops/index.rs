@@ -129,10 +129,9 @@ fn index_select_kernel(a: &KernelArgs) -> KernelResult {
     )])
 }
 
-// gather(x, index; dim)
-fn infer_gather(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
-    let (x, idx) = (&a.inputs[0], &a.inputs[1]);
-    expect_index("index", idx)?;
+/// Checks a gather or scatter index against `x` along the `dim` attribute: the same rank, and
+/// no larger than `x` outside `dim`.
+fn along_dim_index(a: &MetaArgs, x: &TensorMeta, idx: &TensorMeta) -> Result<(), String> {
     let d = dim_of(a.attrs.int("dim"), &x.shape)?;
     if idx.shape.len() != x.shape.len() {
         return Err(format!(
@@ -146,6 +145,14 @@ fn infer_gather(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
             idx.shape[k], x.shape[k]
         ));
     }
+    Ok(())
+}
+
+// gather(x, index; dim)
+fn infer_gather(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (x, idx) = (&a.inputs[0], &a.inputs[1]);
+    expect_index("index", idx)?;
+    along_dim_index(a, x, idx)?;
     Ok(vec![TensorMeta::new(idx.shape.clone(), x.dtype)])
 }
 
@@ -184,19 +191,7 @@ fn infer_scatter_add(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
             idx.shape, src.shape
         ));
     }
-    let d = dim_of(a.attrs.int("dim"), &x.shape)?;
-    if idx.shape.len() != x.shape.len() {
-        return Err(format!(
-            "index must have the same rank as x: x is {:?}, index is {:?}",
-            x.shape, idx.shape
-        ));
-    }
-    if let Some(k) = (0..x.shape.len()).find(|&k| k != d && idx.shape[k] > x.shape[k]) {
-        return Err(format!(
-            "index dim {k} has size {} but x's is {}; outside dim {d}, index may not be larger than x",
-            idx.shape[k], x.shape[k]
-        ));
-    }
+    along_dim_index(a, x, idx)?;
     Ok(vec![x.clone()])
 }
 
