@@ -4,8 +4,15 @@
 //!
 //! An optimizer borrows its parameters (leaves made with [`Tensor::requires_grad`]) and
 //! updates them in place with [`Tensor::set_data`], so the caller's tensors see each step.
-//! Its state (momentum buffers, Adam's moments) are tensors on the parameters' core. Updates
-//! run under [`no_grad`], in the parameter's dtype, as torch's single-tensor loops do.
+//! Its state (momentum buffers, Adam's moments) are tensors on the parameters' core, made
+//! when the optimizer is. Updates run under [`no_grad`] as torch's single-tensor loops do: each
+//! of torch's ops computes in f32 for bf16 and f16 parameters and rounds once to the
+//! parameter's dtype.
+//!
+//! The step count and the learning rate are f64 0-d tensors, and the numbers derived from
+//! them (bias corrections, step size) are computed by tensor ops: a compiled training step
+//! reads them from the optimizer's state on every call instead of baking one step's values
+//! into its graph (torch's `capturable`), and in f64 they equal the Python floats torch uses.
 //!
 //! # Example
 //!
@@ -21,8 +28,9 @@
 //! ```
 
 use crate::autograd::no_grad;
+use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::ops::{full_with, stack, FullOptions};
+use crate::ops::{full_with, stack, zeros_with, FullOptions, ZerosOptions};
 use crate::tensor::Tensor;
 
 /// What every optimizer does, for code (schedulers, training loops) that takes any of them.
@@ -34,17 +42,62 @@ pub trait Optimizer {
     /// The current learning rate.
     fn lr(&self) -> f64;
     /// Sets the learning rate (what a scheduler does).
-    fn set_lr(&mut self, lr: f64);
+    fn set_lr(&mut self, lr: f64) -> Result<()>;
 }
 
-/// A 0-d tensor of `value` in `like`'s dtype (0-d operands keep a tensor's dtype).
+/// A 0-d tensor of `value` in `dtype` (0-d operands keep a tensor's dtype).
+fn constant(value: f64, dtype: DType) -> Result<Tensor> {
+    full_with(&[], value, FullOptions::new().dtype(dtype))
+}
+
+/// A 0-d tensor of `value` in `like`'s dtype.
 fn scalar(value: f64, like: &Tensor) -> Result<Tensor> {
-    full_with(&[], value, FullOptions::new().dtype(like.dtype()))
+    constant(value, like.dtype())
 }
 
-/// `t * value`.
+/// The dtype torch computes an op on `dtype` in: f32 for the half types.
+fn opmath_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::Bf16 | DType::F16 => DType::F32,
+        other => other,
+    }
+}
+
+/// `t` in the dtype its ops compute in.
+fn widen(t: &Tensor) -> Result<Tensor> {
+    let wide = opmath_dtype(t.dtype());
+    if wide == t.dtype() {
+        t.try_clone()
+    } else {
+        t.cast(wide)
+    }
+}
+
+/// `t` rounded to `dtype` (itself when it already is).
+fn narrow(t: Tensor, dtype: DType) -> Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t)
+    } else {
+        t.cast(dtype)
+    }
+}
+
+/// `t * value` as one of torch's ops: computed in the opmath dtype, rounded to `t`'s.
 fn scale(t: &Tensor, value: f64) -> Result<Tensor> {
-    t.mul(&scalar(value, t)?)
+    let w = widen(t)?;
+    narrow(w.mul(&scalar(value, &w)?)?, t.dtype())
+}
+
+/// `t * s` for a 0-d f64 tensor `s` (a step-dependent number), as [`scale`] does.
+fn scale_by(t: &Tensor, s: &Tensor) -> Result<Tensor> {
+    let w = widen(t)?;
+    narrow(w.mul(&s.cast(w.dtype())?)?, t.dtype())
+}
+
+/// `a + alpha * b` as one of torch's ops (`add(b, alpha=...)`).
+fn add_scaled(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
+    let (wa, wb) = (widen(a)?, widen(b)?);
+    narrow(wa.add(&wb.mul(&scalar(alpha, &wb)?)?)?, a.dtype())
 }
 
 /// Checks that the parameters are leaves on one core.
@@ -81,6 +134,47 @@ fn zero_all(params: &[&Tensor]) -> Result<()> {
     params.iter().try_for_each(|p| p.zero_grad())
 }
 
+/// Zeros shaped as `p`, in its dtype: a state tensor.
+fn zeros_like(p: &Tensor) -> Result<Tensor> {
+    zeros_with(&p.shape(), ZerosOptions::new().dtype(p.dtype()))
+}
+
+/// The learning rate and step count of an optimizer, as f64 0-d tensors.
+struct Schedule {
+    /// The learning rate (mirrored in `lr_value` for [`Optimizer::lr`]).
+    lr: Tensor,
+    lr_value: f64,
+    /// Steps taken, counted by tensor ops.
+    step: Tensor,
+    /// The same count on the guest's side, for [`Adam::steps`].
+    steps: u64,
+}
+
+impl Schedule {
+    fn new(lr: f64) -> Result<Schedule> {
+        Ok(Schedule {
+            lr: constant(lr, DType::F64)?,
+            lr_value: lr,
+            step: constant(0.0, DType::F64)?,
+            steps: 0,
+        })
+    }
+
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.lr.set_data(&constant(lr, DType::F64)?)?;
+        self.lr_value = lr;
+        Ok(())
+    }
+
+    /// Counts one more step and returns the new count (a 0-d f64 tensor).
+    fn advance(&mut self) -> Result<Tensor> {
+        let next = self.step.add(&constant(1.0, DType::F64)?)?;
+        self.step.set_data(&next)?;
+        self.steps += 1;
+        Ok(next)
+    }
+}
+
 /// Settings of [`SGD`], torch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SGDConfig {
@@ -113,7 +207,9 @@ impl Default for SGDConfig {
 pub struct SGD<'a> {
     params: Vec<&'a Tensor>,
     config: SGDConfig,
-    momentum: Vec<Option<Tensor>>,
+    schedule: Schedule,
+    /// Momentum buffers, when there is momentum.
+    momentum: Vec<Tensor>,
 }
 
 impl<'a> SGD<'a> {
@@ -126,10 +222,15 @@ impl<'a> SGD<'a> {
                 "SGD: nesterov needs a momentum > 0 and zero dampening".to_string(),
             ));
         }
-        let momentum = params.iter().map(|_| None).collect();
+        let momentum = if config.momentum != 0.0 {
+            no_grad(|| params.iter().map(|p| zeros_like(p)).collect::<Result<_>>())?
+        } else {
+            Vec::new()
+        };
         Ok(SGD {
             params,
             config,
+            schedule: Schedule::new(config.lr)?,
             momentum,
         })
     }
@@ -139,24 +240,33 @@ impl Optimizer for SGD<'_> {
     fn step(&mut self) -> Result<()> {
         let c = self.config;
         no_grad(|| {
-            for (p, buf) in self.params.iter().zip(&mut self.momentum) {
+            let step = self.schedule.advance()?;
+            let neg_lr = self.schedule.lr.neg()?;
+            for (i, p) in self.params.iter().enumerate() {
                 let Some(mut d) = p.grad()? else { continue };
                 if c.weight_decay != 0.0 {
-                    d = d.add(&scale(p, c.weight_decay)?)?;
+                    d = add_scaled(&d, p, c.weight_decay)?;
                 }
                 if c.momentum != 0.0 {
-                    let b = match buf.take() {
-                        None => d.contiguous()?,
-                        Some(b) => scale(&b, c.momentum)?.add(&scale(&d, 1.0 - c.dampening)?)?,
-                    };
+                    let buf = &self.momentum[i];
+                    // torch: buf.mul_(momentum).add_(d, alpha=1 - dampening); on the first
+                    // step buf = d, which a zero buffer gives only without dampening.
+                    let mut b = add_scaled(&scale(buf, c.momentum)?, &d, 1.0 - c.dampening)?;
+                    if c.dampening != 0.0 {
+                        let first = step.eq(&constant(1.0, DType::F64)?)?;
+                        b = first.where_(&d, &b)?;
+                    }
+                    buf.set_data(&b)?;
                     d = if c.nesterov {
-                        d.add(&scale(&b, c.momentum)?)?
+                        add_scaled(&d, &b, c.momentum)?
                     } else {
-                        b.try_clone()?
+                        b
                     };
-                    *buf = Some(b);
                 }
-                p.set_data(&p.sub(&scale(&d, c.lr)?)?)?;
+                // torch: param.add_(d, alpha=-lr)
+                let (wp, wd) = (widen(p)?, widen(&d)?);
+                let update = wd.mul(&neg_lr.cast(wd.dtype())?)?;
+                p.set_data(&narrow(wp.add(&update)?, p.dtype())?)?;
             }
             Ok(())
         })
@@ -167,11 +277,11 @@ impl Optimizer for SGD<'_> {
     }
 
     fn lr(&self) -> f64 {
-        self.config.lr
+        self.schedule.lr_value
     }
 
-    fn set_lr(&mut self, lr: f64) {
-        self.config.lr = lr;
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.schedule.set_lr(lr)
     }
 }
 
@@ -208,51 +318,73 @@ struct AdamState<'a> {
     params: Vec<&'a Tensor>,
     config: AdamConfig,
     decoupled: bool,
-    steps: u64,
-    moments: Vec<Option<(Tensor, Tensor)>>,
+    schedule: Schedule,
+    /// First and second moments, per parameter.
+    moments: Vec<(Tensor, Tensor)>,
 }
 
 impl<'a> AdamState<'a> {
     fn new(params: Vec<&'a Tensor>, config: AdamConfig, decoupled: bool, who: &str) -> Result<Self> {
         check_params(&params, who)?;
-        let moments = params.iter().map(|_| None).collect();
+        let moments = no_grad(|| {
+            params
+                .iter()
+                .map(|p| Ok((zeros_like(p)?, zeros_like(p)?)))
+                .collect::<Result<_>>()
+        })?;
         Ok(AdamState {
             params,
             config,
             decoupled,
-            steps: 0,
+            schedule: Schedule::new(config.lr)?,
             moments,
         })
     }
 
     fn step(&mut self) -> Result<()> {
         let c = self.config;
-        self.steps += 1;
-        let t = self.steps as i32;
         let (b1, b2) = c.betas;
-        let bias1 = 1.0 - b1.powi(t);
-        let bias2_sqrt = (1.0 - b2.powi(t)).sqrt();
-        let step_size = c.lr / bias1;
         no_grad(|| {
-            for (p, state) in self.params.iter().zip(&mut self.moments) {
+            let step = self.schedule.advance()?;
+            let lr = &self.schedule.lr;
+            let f64_const = |v: f64| constant(v, DType::F64);
+            // As torch's Python floats: bias_correction1 = 1 - beta1 ** step, and so on.
+            let bias1 = f64_const(1.0)?.sub(&f64_const(b1)?.pow(&step)?)?;
+            let bias2 = f64_const(1.0)?.sub(&f64_const(b2)?.pow(&step)?)?;
+            let neg_step_size = lr.div(&bias1)?.neg()?;
+            let bias2_sqrt = bias2.sqrt()?;
+            let decay = f64_const(1.0)?.sub(&lr.mul(&f64_const(c.weight_decay)?)?)?;
+            for (p, (m, v)) in self.params.iter().zip(&self.moments) {
                 let Some(mut g) = p.grad()? else { continue };
+                let dt = p.dtype();
                 let mut param = p.try_clone()?;
                 if self.decoupled {
-                    param = scale(&param, 1.0 - c.lr * c.weight_decay)?;
+                    // torch: param.mul_(1 - lr * weight_decay)
+                    param = scale_by(&param, &decay)?;
                 } else if c.weight_decay != 0.0 {
-                    g = g.add(&scale(&param, c.weight_decay)?)?;
+                    // torch: grad = grad.add(param, alpha=weight_decay)
+                    g = add_scaled(&g, &param, c.weight_decay)?;
                 }
-                let (m, v) = match state.take() {
-                    Some(mv) => mv,
-                    None => (scale(&g, 0.0)?, scale(&g, 0.0)?),
-                };
-                // torch: exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-                let m = m.add(&scale(&g.sub(&m)?, 1.0 - b1)?)?;
-                let v = scale(&v, b2)?.add(&scale(&g.mul(&g)?, 1.0 - b2)?)?;
-                let denom = scale(&v.sqrt()?, 1.0 / bias2_sqrt)?.add(&scalar(c.eps, &v)?)?;
-                let update = scale(&m, step_size)?.div(&denom)?;
-                p.set_data(&param.sub(&update)?)?;
-                *state = Some((m, v));
+                let (wg, wm) = (widen(&g)?, widen(m)?);
+                // torch: exp_avg.lerp_(grad, 1 - beta1), for a weight below 0.5
+                let m_new = narrow(wm.add(&scale(&wg.sub(&wm)?, 1.0 - b1)?)?, dt)?;
+                // torch: exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                let v_scaled = widen(&scale(v, b2)?)?;
+                let wg2 = scale(&wg, 1.0 - b2)?.mul(&wg)?;
+                let v_new = narrow(v_scaled.add(&wg2)?, dt)?;
+                // torch: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+                let root = narrow(widen(&v_new)?.sqrt()?, dt)?;
+                let wr = widen(&root)?;
+                let corrected = narrow(wr.div(&bias2_sqrt.cast(wr.dtype())?)?, dt)?;
+                let wc = widen(&corrected)?;
+                let denom = narrow(wc.add(&scalar(c.eps, &wc)?)?, dt)?;
+                // torch: param.addcdiv_(exp_avg, denom, value=-step_size)
+                let ratio = widen(&m_new)?.div(&widen(&denom)?)?;
+                let step_size = neg_step_size.cast(ratio.dtype())?;
+                let updated = widen(&param)?.add(&step_size.mul(&ratio)?)?;
+                p.set_data(&narrow(updated, dt)?)?;
+                m.set_data(&m_new)?;
+                v.set_data(&v_new)?;
             }
             Ok(())
         })
@@ -272,7 +404,7 @@ macro_rules! adam_optimizer {
 
             /// The number of steps taken.
             pub fn steps(&self) -> u64 {
-                self.0.steps
+                self.0.schedule.steps
             }
         }
 
@@ -286,11 +418,11 @@ macro_rules! adam_optimizer {
             }
 
             fn lr(&self) -> f64 {
-                self.0.config.lr
+                self.0.schedule.lr_value
             }
 
-            fn set_lr(&mut self, lr: f64) {
-                self.0.config.lr = lr;
+            fn set_lr(&mut self, lr: f64) -> Result<()> {
+                self.0.schedule.set_lr(lr)
             }
         }
     };
@@ -345,20 +477,20 @@ pub struct LrScheduler<F: Fn(u64) -> f64> {
 
 impl<F: Fn(u64) -> f64> LrScheduler<F> {
     /// A schedule for `optimizer`, whose current learning rate is the base.
-    pub fn new(optimizer: &mut dyn Optimizer, factor: F) -> LrScheduler<F> {
+    pub fn new(optimizer: &mut dyn Optimizer, factor: F) -> Result<LrScheduler<F>> {
         let base_lr = optimizer.lr();
-        optimizer.set_lr(base_lr * factor(0));
-        LrScheduler {
+        optimizer.set_lr(base_lr * factor(0))?;
+        Ok(LrScheduler {
             base_lr,
             factor,
             steps: 0,
-        }
+        })
     }
 
     /// Advances one step and sets the optimizer's learning rate for the next.
-    pub fn step(&mut self, optimizer: &mut dyn Optimizer) {
+    pub fn step(&mut self, optimizer: &mut dyn Optimizer) -> Result<()> {
         self.steps += 1;
-        optimizer.set_lr(self.base_lr * (self.factor)(self.steps));
+        optimizer.set_lr(self.base_lr * (self.factor)(self.steps))
     }
 
     /// The learning rate the schedule gives now.
