@@ -1,28 +1,39 @@
 //! Compiled functions, as `torch.compile`, and lazy mode, as torch-neuronx's XLA path.
 //!
-//! [`compile`] turns a function into a [`Compiled`] one. Calling it with inputs of a shape and
-//! dtype seen before runs the cached program without entering the function; a new signature
-//! traces and compiles it again, and the host reports why (`recompile 2/8 of 'step': input 0
-//! 'x' shape changed: expected [4, 64], got [5, 64]`). Reading a tensor's data inside the
-//! function ([`Tensor::to_vec`], [`Tensor::item`], printing it) is a graph break.
+//! [`compile`] turns a function or closure into a [`Compiled`] one. Calling it with inputs of
+//! a shape and dtype seen before runs the cached program without entering the function; a new
+//! signature traces and compiles it again, and the host reports why (`recompile 2/8 of
+//! 'step': input 0 'x' shape changed: expected [4, 64], got [5, 64]`). Reading a tensor's data
+//! inside the function ([`Tensor::to_vec`], [`Tensor::item`], printing it) is a graph break.
+//!
+//! A closure may capture tensors made before it (parameters, an optimizer and its state): the
+//! host reads them at every call, guarded by identity, shape, dtype and `requires_grad`, so a
+//! training step that calls `backward` and `opt.step()` compiles once and updates the
+//! parameters on every call. Guest-side effects of the closure (printing, Rust variables) run
+//! only when it is traced.
 //!
 //! [`lazy`] records the ops of a closure and runs them as one graph at its end (and at each
 //! [`sync`]), cached by graph hash.
 
 use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
 
 use crate::attrs::Attrs;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys;
 use crate::tensor::Tensor;
 
-/// A function that can be compiled: tensors in, tensors out.
-pub type Function = fn(&[Tensor]) -> Result<Vec<Tensor>>;
+/// The body of a compiled function: tensors in, tensors out.
+type Body<'f> = Box<dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>> + 'f>;
 
 thread_local! {
     /// The error the last traced function returned, kept for its caller: the host only learns
     /// that the trampoline failed.
     static TRAMPOLINE_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+    /// The bodies of live compiled functions, by the number the host passes back to the
+    /// trampoline; a slot empties when its [`Compiled`] drops.
+    static BODIES: RefCell<Vec<Option<Rc<RefCell<Body<'static>>>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Options of [`compile_with`], named as in `torch.compile`.
@@ -66,10 +77,13 @@ impl CompileOptions {
     }
 }
 
-/// A compiled function. Calls with a known signature run the cached program.
+/// A compiled function. Calls with a known signature run the cached program. It borrows
+/// what its closure captures for `'f`.
 #[derive(Debug)]
-pub struct Compiled {
+pub struct Compiled<'f> {
     handle: i32,
+    body: usize,
+    captures: PhantomData<&'f mut ()>,
 }
 
 /// Compiles `f` under `name` with default options.
@@ -86,7 +100,10 @@ pub struct Compiled {
 /// let step = compile("mlp", mlp)?;
 /// let y = step.call1(&[&randn(&[8, 64])?, &randn(&[64, 64])?])?;
 /// ```
-pub fn compile(name: &str, f: Function) -> Result<Compiled> {
+pub fn compile<'f>(
+    name: &str,
+    f: impl FnMut(&[Tensor]) -> Result<Vec<Tensor>> + 'f,
+) -> Result<Compiled<'f>> {
     compile_with(name, f, CompileOptions::new())
 }
 
@@ -95,16 +112,51 @@ pub fn compile(name: &str, f: Function) -> Result<Compiled> {
 /// # Example
 ///
 /// ```ignore
-/// let step = compile_with("step", step, CompileOptions::new().recompile_limit(4).input_names(&["x"]))?;
+/// let w = randn(&[64, 64])?.requires_grad()?;
+/// let mut opt = SGD::new(vec![&w], SGDConfig { lr: 0.1, ..Default::default() })?;
+/// let step = compile_with("train_step", |x: &[Tensor]| {
+///     let loss = x[0].matmul(&w)?.square()?.mean()?;
+///     opt.zero_grad()?;
+///     loss.backward()?;
+///     opt.step()?;
+///     Ok(vec![loss.detach()?])
+/// }, CompileOptions::new().input_names(&["x"]))?;
 /// ```
-pub fn compile_with(name: &str, f: Function, options: CompileOptions) -> Result<Compiled> {
-    // On wasm32 a function pointer is its index in the module's function table.
-    let fn_index = f as usize as i32;
-    let handle = sys::compile_fn(fn_index, name, options.attrs.as_bytes())?;
-    Ok(Compiled { handle })
+pub fn compile_with<'f>(
+    name: &str,
+    f: impl FnMut(&[Tensor]) -> Result<Vec<Tensor>> + 'f,
+    options: CompileOptions,
+) -> Result<Compiled<'f>> {
+    let body: Body<'f> = Box::new(f);
+    // SAFETY: the body is only called from the trampoline during a call of its `Compiled`,
+    // which borrows the captures for 'f, and its slot is emptied when that `Compiled` drops.
+    let body: Body<'static> = unsafe { std::mem::transmute::<Body<'f>, Body<'static>>(body) };
+    let index = BODIES.with(|b| {
+        let mut bodies = b.borrow_mut();
+        bodies.push(Some(Rc::new(RefCell::new(body))));
+        bodies.len() - 1
+    });
+    let mut compiled = Compiled {
+        handle: 0,
+        body: index,
+        captures: PhantomData,
+    };
+    // On failure `compiled` drops here and empties the body's slot.
+    compiled.handle = sys::compile_fn(index as i32, name, options.attrs.as_bytes())?;
+    Ok(compiled)
 }
 
-impl Compiled {
+impl Drop for Compiled<'_> {
+    fn drop(&mut self) {
+        BODIES.with(|b| {
+            if let Some(slot) = b.borrow_mut().get_mut(self.body) {
+                *slot = None;
+            }
+        });
+    }
+}
+
+impl Compiled<'_> {
     /// Calls the function: from the cache when the signature is known, else by tracing it.
     ///
     /// # Example
@@ -234,17 +286,31 @@ pub fn sync() -> Result<()> {
     sys::lazy_sync()
 }
 
-/// The trampoline the host calls to run (and trace) a compiled function.
+/// The trampoline the host calls to run (and trace) a compiled function: `fn_index` is the
+/// number [`compile_with`] gave the host.
 #[unsafe(no_mangle)]
 pub extern "C" fn neuronlab_trampoline(fn_index: i32, n_args: i32) -> i32 {
     let run = || -> Result<i32> {
         let args = (0..n_args)
             .map(|i| sys::compile_arg(i).map(Tensor::from_handle))
             .collect::<Result<Vec<_>>>()?;
-        // SAFETY: the host passes back the index `compile_with` took from a `Function`
-        // pointer of this module, and on wasm32 a function pointer is that index.
-        let f: Function = unsafe { std::mem::transmute::<usize, Function>(fn_index as usize) };
-        let results = f(&args)?;
+        let body = BODIES
+            .with(|b| b.borrow().get(fn_index as usize).cloned().flatten())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Invalid,
+                    format!("compiled function body {fn_index} was dropped"),
+                )
+            })?;
+        let results = {
+            let mut body = body.try_borrow_mut().map_err(|_| {
+                Error::new(
+                    ErrorKind::Invalid,
+                    "a compiled function called itself while it ran".to_string(),
+                )
+            })?;
+            body(&args)?
+        };
         for r in &results {
             sys::compile_result(r.handle())?;
         }

@@ -82,7 +82,7 @@ pub use attrs::Attrs;
 pub use autograd::{grad, is_grad_enabled, no_grad};
 pub use compile::{
     compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, CompileStats,
-    Compiled, Function,
+    Compiled,
 };
 pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};

@@ -26,7 +26,7 @@ use super::serial;
 
 /// The version of the compiler's output. Bump it whenever the serialized form or a pass changes
 /// what a graph compiles to, so that entries written by an older compiler are not used.
-pub const COMPILER_FORMAT: u32 = 1;
+pub const COMPILER_FORMAT: u32 = 2;
 
 /// Options that change what `optimize` produces, as `(name, value)` pairs, hashed into every
 /// key so that programs compiled under different settings never share an entry. There are none

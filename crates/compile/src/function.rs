@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 
+use super::autodiff;
+use super::captures::{self, Access, Captured, Effect, Guard, Slot, TensorState};
+use super::graph::Part;
 use super::guards::{self, Signature};
 use super::recorder::CachedProgram;
 use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use neuronlab_core::ops::Attrs;
-use neuronlab_core::tensor::Tensor;
 
 /// Options of a compiled function, as `torch.compile` names them.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,14 +77,66 @@ impl CompileOptions {
 
 /// One compiled version of a function: its guards and program.
 pub struct Entry {
-    /// The signature it was traced with (its guards).
+    /// The signature it was traced with (the arguments' guards).
     pub signature: Signature,
     /// The optimized program.
     pub compiled: Arc<CachedProgram>,
-    /// Tensors the function captured (used without being passed in), bound after the
-    /// arguments. Their values are fixed at trace time.
-    pub captured: Vec<Tensor>,
+    /// The program's inputs after the arguments: tensors the function used without being
+    /// passed them.
+    pub captured: Vec<Captured>,
+    /// What else the trace read, and found (see [`super::captures`]).
+    pub guards: Vec<Guard>,
+    /// The updates each run makes, from the program's outputs after the function's results.
+    pub effects: Vec<Effect>,
 }
+
+impl Entry {
+    /// A version with no captures read at each call, no other guards and no effects.
+    pub fn plain(signature: Signature, compiled: Arc<CachedProgram>) -> Entry {
+        Entry {
+            signature,
+            compiled,
+            captured: Vec::new(),
+            guards: Vec::new(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// The held handles this version reaches, in the order messages number them.
+    fn held(&self) -> Vec<u32> {
+        let mut held = Vec::new();
+        let accesses = self.guards.iter().map(|g| g.access);
+        for access in accesses.chain(self.effects.iter().map(|e| e.access)) {
+            if let Access::Data(Slot::Held(h)) | Access::Grad(Slot::Held(h)) = access {
+                if !held.contains(&h) {
+                    held.push(h);
+                }
+            }
+        }
+        held
+    }
+
+    /// True when a call with `signature`, whose captures `observe` reports, can run it.
+    fn accepts(&self, signature: &Signature, observe: &Observe) -> bool {
+        &self.signature == signature && self.guards.iter().all(|g| observe(&g.access) == g.expect)
+    }
+
+    /// Every guard of this version such a call fails.
+    fn failures(&self, signature: &Signature, observe: &Observe, names: &[String]) -> Vec<String> {
+        let mut out = guards::failures(&self.signature, signature, names);
+        out.extend(captures::guard_failures(
+            &self.guards,
+            observe,
+            &self.held(),
+            names,
+        ));
+        out
+    }
+}
+
+/// What the caller sees now of a capture: a held tensor's state, or a gradient's (`None`
+/// when there is none, or the handle was freed).
+pub type Observe<'a> = dyn Fn(&Access) -> Option<TensorState> + 'a;
 
 /// What a call should do.
 pub enum Plan<'a> {
@@ -165,20 +219,26 @@ impl CompiledFunction {
         }
     }
 
-    /// Decides what a call with `signature` does, and counts it in [`CompiledFunction::stats`].
-    pub fn plan(&mut self, signature: &Signature) -> Plan<'_> {
+    /// Decides what a call with `signature` does, where `observe` reports the state of what
+    /// versions captured, and counts it in [`CompiledFunction::stats`].
+    pub fn plan(&mut self, signature: &Signature, observe: &Observe) -> Plan<'_> {
         self.stats.calls += 1;
         if !self.breaks.is_empty() {
             return Plan::Lazy;
         }
-        if let Some(i) = self.entries.iter().position(|e| &e.signature == signature) {
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.accepts(signature, observe))
+        {
             self.stats.cache_hits += 1;
             return Plan::Hit(&self.entries[i]);
         }
-        let reason = guards::miss_reason(
-            self.entries.iter().map(|e| &e.signature),
-            signature,
-            &self.options.input_names,
+        let names = &self.options.input_names;
+        let reason = guards::closest(
+            self.entries
+                .iter()
+                .map(|e| e.failures(signature, observe, names)),
         );
         let recompile = !self.entries.is_empty();
         if recompile && self.recompiles >= self.options.recompile_limit {
@@ -255,24 +315,82 @@ impl CompiledFunction {
                 r.host_compile_us
             ));
             out.push_str("  guards:\n");
-            for g in e.signature.guards(&self.options.input_names) {
+            let names = &self.options.input_names;
+            for g in e.signature.guards(names) {
                 out.push_str(&format!("    {g}\n"));
             }
-            if !e.captured.is_empty() {
+            let held = e.held();
+            for g in &e.guards {
+                let label = captures::access_label(g.access, &held, names);
+                match &g.expect {
+                    Some(state) => out.push_str(&format!("    {label}: {state}\n")),
+                    None => out.push_str(&format!("    {label}: None\n")),
+                }
+            }
+            let fixed: Vec<String> = e
+                .captured
+                .iter()
+                .filter_map(|c| match c {
+                    Captured::Fixed(t) => Some(t.meta().to_string()),
+                    Captured::Read(_) => None,
+                })
+                .collect();
+            if !fixed.is_empty() {
                 out.push_str(&format!(
-                    "  captured tensors (values fixed at trace time): {}\n",
-                    e.captured
-                        .iter()
-                        .map(|t| t.meta().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "  tensors made while tracing (values fixed): {}\n",
+                    fixed.join(", ")
                 ));
             }
+            if !e.effects.is_empty() {
+                let writes: Vec<String> = e
+                    .effects
+                    .iter()
+                    .map(|w| {
+                        let label = captures::access_label(w.access, &held, names);
+                        match w.output {
+                            Some(_) => label,
+                            None => format!("{label} (cleared)"),
+                        }
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "  updates after each run: {}\n",
+                    writes.join(", ")
+                ));
+            }
+            out.push_str(&parts(e));
             out.push_str(&e.compiled.program.explain());
             out.push('\n');
         }
         out
     }
+}
+
+/// The forward, backward and update parts of a version's graph, and what the backward read
+/// of the forward: empty for a graph without a traced backward.
+fn parts(e: &Entry) -> String {
+    let graph = e.compiled.program.before();
+    let count = |part: Part| graph.nodes.iter().filter(|n| n.part == part).count();
+    let (backward, update) = (count(Part::Backward), count(Part::Update));
+    if backward == 0 && update == 0 {
+        return String::new();
+    }
+    let mut out = format!(
+        "  parts: forward {} ops, backward {backward} ops, update {update} ops\n",
+        count(Part::Forward)
+    );
+    let saved = autodiff::saved_for_backward(graph);
+    let bytes: usize = saved.iter().map(|&v| graph.meta(v).nbytes()).sum();
+    let listed: Vec<String> = saved
+        .iter()
+        .map(|&v| format!("{v} {}", graph.meta(v)))
+        .collect();
+    out.push_str(&format!(
+        "  saved for backward ({}): {}\n",
+        neuronlab_core::events::fmt::bytes(bytes as u64),
+        listed.join(", ")
+    ));
+    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use neuronlab_core::events::Phase;
 use neuronlab_core::ops::attrs::ResolvedAttrs;
 use neuronlab_core::ops::{Attrs, OpId, Registry};
 use neuronlab_core::tensor::{Tensor, TensorMeta};
@@ -40,6 +41,49 @@ pub enum Producer {
     },
 }
 
+/// The part of a training step a node belongs to: what `explain` groups it under, and the
+/// phase its kernel's events carry.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Part {
+    /// The forward computation, and everything of a graph without gradients.
+    #[default]
+    Forward,
+    /// Gradients, as a traced backward made them.
+    Backward,
+    /// What a trace recorded after its backward: the optimizer's update.
+    Update,
+}
+
+impl Part {
+    /// Its name in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Forward => "forward",
+            Part::Backward => "backward",
+            Part::Update => "update",
+        }
+    }
+
+    /// What a listing line of its nodes ends with: `  (backward)`, nothing for forward.
+    pub(crate) fn listing_suffix(self) -> String {
+        match self {
+            Part::Forward => String::new(),
+            other => format!("  ({})", other.name()),
+        }
+    }
+
+    /// The phase of its ops' events.
+    pub fn phase(self) -> Phase {
+        match self {
+            Part::Backward => Phase::Backward,
+            Part::Forward | Part::Update => Phase::Forward,
+        }
+    }
+}
+
 /// One op application.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -51,6 +95,8 @@ pub struct Node {
     pub inputs: Vec<ValueId>,
     /// Its results.
     pub outputs: Vec<ValueId>,
+    /// The part of a training step it belongs to.
+    pub part: Part,
 }
 
 impl Node {
@@ -75,6 +121,8 @@ pub struct Graph {
     pub inputs: Vec<ValueId>,
     /// The graph outputs, in order.
     pub outputs: Vec<ValueId>,
+    /// The part new nodes get.
+    pub(crate) part: Part,
 }
 
 impl Graph {
@@ -97,6 +145,11 @@ impl Graph {
             self.values.truncate(kept);
             self.producers.truncate(kept);
         }
+    }
+
+    /// Makes later nodes part `part` (until the next call); returns the previous part.
+    pub fn set_part(&mut self, part: Part) -> Part {
+        std::mem::replace(&mut self.part, part)
     }
 
     /// Adds a graph input with this shape and dtype.
@@ -144,6 +197,7 @@ impl Graph {
             attrs: canonical,
             inputs: inputs.to_vec(),
             outputs: outputs.clone(),
+            part: self.part,
         });
         Ok(outputs)
     }
@@ -199,6 +253,7 @@ impl Graph {
         for node in &self.nodes {
             let mut h = blake3::Hasher::new();
             h.update(node.name().as_bytes());
+            h.update(node.part.name().as_bytes());
             h.update(format!("{:?}", node.attrs.0).as_bytes());
             for v in &node.inputs {
                 let input = value_hash[v.0 as usize].expect("inputs precede their users");
@@ -257,8 +312,9 @@ impl Graph {
             .iter()
             .map(|v| self.meta(*v).to_string())
             .collect();
+        let part = node.part.listing_suffix();
         format!(
-            "{} = {}({args})  # {}",
+            "{} = {}({args})  # {}{part}",
             value_list(&node.outputs),
             node.name(),
             metas.join(", ")

@@ -1,37 +1,59 @@
 //! Signatures, guards and recompile reasons a person can read.
 //!
-//! A compiled function's cache is keyed by its call signature: per input, dtype and shape
-//! (`requires_grad` joins when gradients land), plus the options. A miss is explained against
+//! A compiled function's cache is keyed by its call signature: per input, dtype, shape and
+//! whether it requires a gradient. A miss is explained against
 //! the closest cached signature, listing every difference in the compact "expected / got"
 //! style of Dynamo's guard failures and JAX's `explain_cache_misses`.
 
 use std::fmt;
 
-use neuronlab_core::tensor::TensorMeta;
+use neuronlab_core::tensor::{Tensor, TensorMeta};
 
-/// What a call looks like to the cache: the inputs' dtypes and shapes.
+/// What a call looks like to the cache: the inputs' dtypes, shapes and `requires_grad`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Signature {
     /// One entry per input, in order.
     pub inputs: Vec<TensorMeta>,
+    /// Per input: whether it requires a gradient.
+    pub requires_grad: Vec<bool>,
 }
 
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.inputs.iter().map(|m| m.to_string()).collect();
+        let parts: Vec<String> = self
+            .inputs
+            .iter()
+            .zip(&self.requires_grad)
+            .map(|(m, &r)| {
+                if r {
+                    format!("{m} requires_grad")
+                } else {
+                    m.to_string()
+                }
+            })
+            .collect();
         write!(f, "({})", parts.join(", "))
     }
 }
 
 impl Signature {
+    /// The signature of a call with `inputs`.
+    pub fn of(inputs: &[Tensor]) -> Signature {
+        Signature {
+            inputs: inputs.iter().map(Tensor::meta).collect(),
+            requires_grad: inputs.iter().map(Tensor::requires_grad).collect(),
+        }
+    }
+
     /// The guards that hold for this signature, one line per input.
     pub fn guards(&self, names: &[String]) -> Vec<String> {
         self.inputs
             .iter()
+            .zip(&self.requires_grad)
             .enumerate()
-            .map(|(i, m)| {
+            .map(|(i, (m, r))| {
                 format!(
-                    "{}: dtype == {} and shape == {:?}",
+                    "{}: dtype == {} and shape == {:?} and requires_grad == {r}",
                     input_label(i, names),
                     m.dtype,
                     m.shape
@@ -82,6 +104,19 @@ pub fn failures(cached: &Signature, got: &Signature, names: &[String]) -> Vec<St
             ));
         }
     }
+    for (i, (e, g)) in cached
+        .requires_grad
+        .iter()
+        .zip(&got.requires_grad)
+        .enumerate()
+    {
+        if e != g {
+            out.push(format!(
+                "{} requires_grad changed: expected {e}, got {g}",
+                input_label(i, names)
+            ));
+        }
+    }
     out
 }
 
@@ -93,9 +128,15 @@ pub fn miss_reason<'a>(
     got: &Signature,
     names: &[String],
 ) -> String {
-    let best = cached
+    closest(cached.into_iter().map(|s| failures(s, got, names)))
+}
+
+/// The miss reason from each cached version's failed guards: `new function` when there are
+/// no versions, else those of the version with the fewest failures (the most recent on a
+/// tie).
+pub fn closest(failures: impl IntoIterator<Item = Vec<String>>) -> String {
+    let best = failures
         .into_iter()
-        .map(|s| failures(s, got, names))
         .enumerate()
         .min_by_key(|(i, f)| (f.len(), usize::MAX - i));
     match best {
@@ -116,6 +157,7 @@ mod tests {
                 .iter()
                 .map(|(s, d)| TensorMeta::new(s.to_vec(), *d))
                 .collect(),
+            requires_grad: vec![false; inputs.len()],
         }
     }
 
@@ -141,6 +183,27 @@ mod tests {
     #[test]
     fn guards_read_as_conditions() {
         let g = sig(&[(&[8, 128], DType::F32)]).guards(&["x".into()]);
-        assert_eq!(g, vec!["input 0 'x': dtype == f32 and shape == [8, 128]"]);
+        assert_eq!(
+            g,
+            vec!["input 0 'x': dtype == f32 and shape == [8, 128] and requires_grad == false"]
+        );
+    }
+
+    #[test]
+    fn requires_grad_is_part_of_the_signature() {
+        let names = vec!["x".to_string(), "w".to_string()];
+        let cached = sig(&[(&[4, 8], DType::F32), (&[8, 8], DType::F32)]);
+        let mut got = cached.clone();
+        let mut with_grad = cached.clone();
+        with_grad.requires_grad[1] = true;
+        got.requires_grad[1] = false;
+        assert_eq!(
+            miss_reason([&with_grad], &got, &names),
+            "input 1 'w' requires_grad changed: expected true, got false"
+        );
+        assert_eq!(
+            with_grad.to_string(),
+            "(f32[4, 8], f32[8, 8] requires_grad)"
+        );
     }
 }

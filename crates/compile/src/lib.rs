@@ -8,11 +8,16 @@
 //!   `serial` is the entries' serialized form.
 //! - [`guards`]: call signatures, guards and readable recompile reasons.
 //! - [`function`]: compiled functions: their versions, recompile limit, breaks, `explain`.
+//! - [`captures`]: what a function reads and writes besides its arguments (parameters,
+//!   optimizer state, gradients), guarded at each call and written back after each run.
+//! - [`autodiff`]: gradients inside a trace: backward appended to the traced graph.
 //! - [`passes`]: the optimization passes, from dead code to fusion and buffer reuse.
 //! - [`program`]: `optimize`, and the program it makes: kernels run on a core, `explain`.
 
 #![deny(missing_docs)]
 
+pub mod autodiff;
+pub mod captures;
 pub mod disk;
 pub mod function;
 mod fused;
@@ -23,4 +28,4 @@ pub mod program;
 pub mod recorder;
 mod serial;
 
-pub use graph::{Graph, Node, Producer, ValueId};
+pub use graph::{Graph, Node, Part, Producer, ValueId};

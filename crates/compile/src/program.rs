@@ -9,12 +9,13 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::fused::Fused;
-use super::graph::{value_list, Graph, Producer, ValueId};
+use super::graph::{value_list, Graph, Part, Producer, ValueId};
 use super::passes::buffers::{self, KernelIo};
 use super::passes::{
     cse, dce, def_of, fold, fuse_elementwise, fuse_reduction, infer, matmul_epilogue, Fusion,
     KernelPlan, Pass, Users,
 };
+use neuronlab_core::autograd;
 use neuronlab_core::device::CoreId;
 use neuronlab_core::events::fmt;
 use neuronlab_core::ops::registry::Exec;
@@ -289,13 +290,16 @@ impl Program {
                     .iter()
                     .map(|v| values[v.0 as usize].as_deref().ok_or_else(|| missing(v)))
                     .collect::<Result<SmallVec<[&Tensor; 4]>>>()?;
-                match kernel {
+                // Untaped: a program's inputs may require gradients, but its own backward is
+                // in the graph; its kernels' events carry their part's phase.
+                let phase = self.part_of(kernel).phase();
+                autograd::in_phase(phase, || match kernel {
                     Kernel::Op(n) => {
                         let node = &g.nodes[*n];
-                        rt.call_on(def_of(node), &tensors, &node.attrs, core)?
+                        rt.call_on(def_of(node), &tensors, &node.attrs, core)
                     }
-                    Kernel::Fused(f) => f.run(rt, core, &tensors)?,
-                }
+                    Kernel::Fused(f) => f.run(rt, core, &tensors),
+                })?
             };
             for (v, t) in outs.iter().zip(results) {
                 values[v.0 as usize] = Some(Cow::Owned(t));
@@ -318,6 +322,16 @@ impl Program {
                 value.map(Cow::into_owned).ok_or_else(|| missing(v))
             })
             .collect()
+    }
+
+    /// The part of a training step a kernel belongs to: its last node's (the one whose
+    /// result it produces).
+    fn part_of(&self, kernel: &Kernel) -> Part {
+        let n = match kernel {
+            Kernel::Op(n) => *n,
+            Kernel::Fused(f) => *f.nodes.last().expect("a fused kernel runs nodes"),
+        };
+        self.graph.nodes[n].part
     }
 
     /// The graph before and after the passes, the node count after each pass, the fused
@@ -374,9 +388,10 @@ impl Program {
                     let _ = writeln!(out, "  {}", g.node_line(*n));
                 }
                 Kernel::Fused(f) => {
+                    let part = self.part_of(kernel).listing_suffix();
                     let _ = writeln!(
                         out,
-                        "  {} = {}({})  # {}",
+                        "  {} = {}({})  # {}{part}",
                         value_list(&f.outputs),
                         f.name,
                         value_list(&f.inputs),

@@ -203,13 +203,26 @@ pub fn graph_id(hash: &blake3::Hash) -> String {
     hash.to_hex()[..16].to_string()
 }
 
+/// What makes two tensors the same to a recording: one storage, viewed the same way.
+pub type TensorKey = (usize, Vec<usize>, Vec<usize>, usize);
+
+/// The identity of `t` as a recording binds it.
+pub fn tensor_key(t: &Tensor) -> TensorKey {
+    (
+        t.storage_id(),
+        t.shape().to_vec(),
+        t.strides().to_vec(),
+        t.layout().offset,
+    )
+}
+
 /// One pending graph and the real tensors its inputs are bound to.
 #[derive(Default)]
 pub struct Recorder {
     graph: Graph,
     bindings: Vec<Tensor>,
     /// Real tensors already bound, by identity, so a tensor used twice is one input.
-    bound: HashMap<(usize, Vec<usize>, Vec<usize>, usize), ValueId>,
+    bound: HashMap<TensorKey, ValueId>,
 }
 
 impl Recorder {
@@ -220,12 +233,7 @@ impl Recorder {
 
     /// The value standing for real tensor `t` in this recording (a new input the first time).
     pub fn bind(&mut self, t: &Tensor) -> ValueId {
-        let key = (
-            t.storage_id(),
-            t.shape().to_vec(),
-            t.strides().to_vec(),
-            t.layout().offset,
-        );
+        let key = tensor_key(t);
         if let Some(v) = self.bound.get(&key) {
             return *v;
         }
@@ -273,6 +281,13 @@ impl Recorder {
     /// The recorded graph so far.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The recorded graph, to append nodes to (a traced backward) or mark their parts.
+    /// Inputs must be added through [`Recorder::bind`] and [`Recorder::arg`], which keep the
+    /// bindings.
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        &mut self.graph
     }
 
     /// Number of recorded op nodes.

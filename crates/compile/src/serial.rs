@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::graph::{Graph, Node, Producer, ValueId};
+use super::graph::{Graph, Node, Part, Producer, ValueId};
 use super::passes::Pass;
 use super::passes::{def_of, infer, producer_node, Group, KernelPlan, Users};
 use super::program::{PassReport, Program};
@@ -93,6 +93,7 @@ struct NodeRepr {
     attrs: Vec<(String, AttrRepr)>,
     inputs: Vec<u32>,
     outputs: Vec<u32>,
+    part: Part,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -336,6 +337,7 @@ impl GraphRepr {
             nodes,
             inputs,
             outputs: value_ids(self.outputs),
+            ..Graph::default()
         };
         // Every node's op, attributes, operands and inferred metas; operands before users.
         infer::run(&g).map_err(|e| e.to_string())?;
@@ -355,6 +357,7 @@ impl NodeRepr {
                 .collect(),
             inputs: ids(&node.inputs),
             outputs: ids(&node.outputs),
+            part: node.part,
         }
     }
 
@@ -373,6 +376,7 @@ impl NodeRepr {
             ),
             inputs: value_ids(self.inputs),
             outputs: value_ids(self.outputs),
+            part: self.part,
         })
     }
 }

@@ -2,6 +2,7 @@
 //! into while one is active (lazy mode or a function being traced), and the trampoline calls
 //! in progress. The compile group of imports (`abi/compile.rs`) drives it.
 
+use crate::grad_trace::GradTrace;
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::GuestValue;
 use neuronlab_compile::function::CompiledFunction;
@@ -20,6 +21,33 @@ pub(crate) enum Kind {
 pub(crate) struct Active {
     pub(crate) recorder: Recorder,
     pub(crate) kind: Kind,
+    /// The gradients, captures and updates of a function trace; none in lazy mode.
+    pub(crate) grad: Option<GradTrace>,
+}
+
+impl Active {
+    /// A lazy-mode recording.
+    pub(crate) fn lazy() -> Active {
+        Active {
+            recorder: Recorder::new(),
+            kind: Kind::Lazy,
+            grad: None,
+        }
+    }
+
+    /// The recording's value for a guest value: itself when traced, a bound input when real
+    /// (guarded and read at every call when a function trace captured it from the guest).
+    pub(crate) fn value_id(&mut self, v: &GuestValue) -> HostResult<ValueId> {
+        match v {
+            GuestValue::Traced(id) => Ok(*id),
+            GuestValue::Eager(t) => Ok(match &mut self.grad {
+                Some(grad) => grad.bind(&mut self.recorder, t),
+                None => self.recorder.bind(t),
+            }),
+            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
+            GuestValue::Dist(d) => Err(d.not_a_tensor()),
+        }
+    }
 }
 
 /// Arguments and results of one trampoline call.
@@ -61,13 +89,15 @@ impl CompileState {
             .map(|a| a.recorder.graph().meta(v).clone())
     }
 
-    /// Records `op` on `inputs` (bound or traced) for `rt`, returning traced outputs.
-    pub fn record(
+    /// Records `op` on `inputs` (bound or traced) for `rt` under grad mode `grad_enabled`,
+    /// returning traced outputs.
+    pub(crate) fn record(
         &mut self,
         rt: &neuronlab_core::Runtime,
         op: neuronlab_core::ops::OpId,
         inputs: &[GuestValue],
         attrs: &neuronlab_core::ops::Attrs,
+        grad_enabled: bool,
     ) -> HostResult<Vec<GuestValue>> {
         let active = self
             .active
@@ -75,19 +105,17 @@ impl CompileState {
             .expect("record is called while recording");
         let ids = inputs
             .iter()
-            .map(|v| value_id(&mut active.recorder, v))
+            .map(|v| active.value_id(v))
             .collect::<HostResult<Vec<_>>>()?;
         let outs = active.recorder.op(rt, op, &ids, attrs)?;
+        if let Some(grad) = &mut active.grad {
+            grad.recorded(&mut active.recorder, grad_enabled)?;
+        }
         Ok(outs.into_iter().map(GuestValue::Traced).collect())
     }
-}
 
-/// The recording's value for a guest value: itself when traced, a bound input when real.
-pub(crate) fn value_id(recorder: &mut Recorder, v: &GuestValue) -> HostResult<ValueId> {
-    match v {
-        GuestValue::Traced(id) => Ok(*id),
-        GuestValue::Eager(t) => Ok(recorder.bind(t)),
-        GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
-        GuestValue::Dist(d) => Err(d.not_a_tensor()),
+    /// True while a compiled function is traced (its gradients with it).
+    pub(crate) fn traces_grad(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| a.grad.is_some())
     }
 }

@@ -148,6 +148,14 @@ impl<T> HandleTable<T> {
         self.slots.iter().filter_map(|s| s.value.as_ref())
     }
 
+    /// Every live handle and its value.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots.iter().enumerate().filter_map(|(slot, s)| {
+            let handle = (self.tag(s.generation) << SLOT_BITS) | slot as u32;
+            s.value.as_ref().map(|v| (handle, v))
+        })
+    }
+
     /// Every live value, mutably.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots.iter_mut().filter_map(|s| s.value.as_mut())
@@ -213,5 +221,20 @@ mod tests {
                 assert_eq!(table.get(h).err(), Some(HandleError::Stale(h)));
             }
         }
+    }
+
+    #[test]
+    fn iteration_yields_the_handles_that_resolve() {
+        let mut table = HandleTable::new(0x123);
+        let a = table.insert("a").unwrap();
+        let b = table.insert("b").unwrap();
+        table.remove(a).unwrap();
+        let c = table.insert("c").unwrap();
+        let mut seen: Vec<(u32, &str)> = table.iter().map(|(h, v)| (h, *v)).collect();
+        seen.sort();
+        let mut want = vec![(b, "b"), (c, "c")];
+        want.sort();
+        assert_eq!(seen, want);
+        assert!(seen.iter().all(|(h, v)| table.get(*h).ok() == Some(v)));
     }
 }

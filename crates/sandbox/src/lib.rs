@@ -19,6 +19,7 @@ pub mod var_store;
 mod attr_codec;
 mod cache;
 mod compile_state;
+mod grad_trace;
 mod guest;
 mod guest_error;
 mod guest_output;

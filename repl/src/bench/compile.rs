@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use neuronlab_compile::captures::Access;
 use neuronlab_compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use neuronlab_compile::guards::Signature;
 use neuronlab_compile::program::optimize;
@@ -271,31 +272,21 @@ fn cache_hit(rt: &Arc<Runtime>) -> Result<Sample, String> {
     let (program, report) = optimize(rt, &written.graph()?).map_err(|e| e.to_string())?;
     let signature = Signature {
         inputs: vec![TensorMeta::new(vec![1], DType::F32)],
+        requires_grad: vec![false],
     };
     let mut f = CompiledFunction::new("10-op graph", 0, CompileOptions::default());
-    f.add(
-        Entry {
-            signature,
-            compiled: Arc::new(CachedProgram { program, report }),
-            captured: Vec::new(),
-        },
-        false,
-    );
-    if !matches!(
-        f.plan(&Signature {
-            inputs: vec![x.meta()]
-        }),
-        Plan::Hit(_)
-    ) {
+    let compiled = Arc::new(CachedProgram { program, report });
+    f.add(Entry::plain(signature, compiled), false);
+    // Nothing captured: no guard reads guest state.
+    let observe = |_: &Access| None;
+    if !matches!(f.plan(&Signature::of(&[x.clone()]), &observe), Plan::Hit(_)) {
         return Err("the signature just added is not a cache hit".into());
     }
     let timing = measure(
         || {
             for _ in 0..DISPATCH_CALLS {
-                let sig = Signature {
-                    inputs: vec![x.meta()],
-                };
-                let Plan::Hit(entry) = f.plan(&sig) else {
+                let sig = Signature::of(std::slice::from_ref(&x));
+                let Plan::Hit(entry) = f.plan(&sig, &observe) else {
                     unreachable!("the signature was a hit before timing")
                 };
                 entry

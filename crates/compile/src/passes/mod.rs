@@ -120,6 +120,7 @@ pub(crate) fn copy_node(
         attrs: node.attrs.clone(),
         inputs,
         outputs: outputs.clone(),
+        part: node.part,
     });
     outputs
 }

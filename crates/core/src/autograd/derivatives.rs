@@ -74,24 +74,80 @@ pub trait OpCalls {
     fn call_op(&self, op: &str, inputs: &[&Tensor], attrs: Attrs, core: CoreId) -> Result<Tensor>;
 }
 
-/// What a recorded node keeps for its backward.
-pub(crate) struct OpBackward {
-    pub(crate) vjp: VjpFn,
-    pub(crate) attrs: ResolvedAttrs,
-    pub(crate) input_metas: Vec<TensorMeta>,
-    pub(crate) output_metas: Vec<TensorMeta>,
-    pub(crate) inputs: Vec<Option<Tensor>>,
-    pub(crate) outputs: Vec<Option<Tensor>>,
-    pub(crate) core: CoreId,
+/// What one op application keeps for its backward: a recorded node's state, or the same
+/// built from a traced graph's node.
+pub struct OpBackward {
+    /// The op's formula.
+    pub vjp: VjpFn,
+    /// The op's attributes, defaults filled in.
+    pub attrs: ResolvedAttrs,
+    /// Shapes and dtypes of the inputs.
+    pub input_metas: Vec<TensorMeta>,
+    /// Shapes and dtypes of the outputs.
+    pub output_metas: Vec<TensorMeta>,
+    /// The inputs the formula reads (per [`Saves`]), `None` for the others.
+    pub inputs: Vec<Option<Tensor>>,
+    /// The outputs the formula reads, `None` for the others.
+    pub outputs: Vec<Option<Tensor>>,
+    /// Where creation ops of the formula put their results.
+    pub core: CoreId,
+}
+
+/// The gradients of one op application's inputs from its outputs' (`out_grads`, one per
+/// output): the formula's results, each summed back over broadcast dims and cast to its
+/// input's dtype, `None` where `needs` wants none. `ops` runs the formula's ops: the runtime
+/// during backward, or a graph being traced. `name` names the op in errors.
+pub fn input_grads(
+    ops: &dyn OpCalls,
+    name: &str,
+    state: &OpBackward,
+    out_grads: &[Tensor],
+    needs: &[bool],
+) -> Result<Grads> {
+    let vjp = Vjp {
+        ops,
+        state,
+        grads: out_grads,
+        needs,
+    };
+    let grads = (state.vjp)(&vjp)?;
+    if grads.len() != state.input_metas.len() {
+        return Err(Error::Invalid(format!(
+            "internal error: the backward of {name} gave {} gradients for {} inputs",
+            grads.len(),
+            state.input_metas.len()
+        )));
+    }
+    grads
+        .into_iter()
+        .enumerate()
+        .map(|(j, g)| match g {
+            Some(g) if vjp.needs(j) => fit(&vjp, g, &state.input_metas[j], name, j).map(Some),
+            _ => Ok(None),
+        })
+        .collect()
+}
+
+/// `g` summed back over broadcast dims and cast to the input's dtype; anything else that
+/// does not match the input is a bug in the op's formula.
+fn fit(v: &Vjp, g: Tensor, input: &TensorMeta, op: &str, j: usize) -> Result<Tensor> {
+    let g = sum_to(v, &g, &input.shape)?;
+    if g.shape() != input.shape.as_slice() {
+        return Err(Error::Invalid(format!(
+            "internal error: the backward of {op} gave input {j} a gradient {} for {input}",
+            g.meta()
+        )));
+    }
+    v.cast(&g, input.dtype)
 }
 
 /// What a VJP is handed: the saved tensors, the output gradients, which inputs need a
 /// gradient, and ops to compute with.
 pub struct Vjp<'a> {
-    pub(crate) ops: &'a dyn OpCalls,
-    pub(crate) state: &'a OpBackward,
-    pub(crate) grads: &'a [Tensor],
-    pub(crate) needs: &'a [bool],
+    ops: &'a dyn OpCalls,
+    state: &'a OpBackward,
+    grads: &'a [Tensor],
+    needs: &'a [bool],
 }
 
 /// The derivative of the op called `name`, `None` when the table has no row for it (a test

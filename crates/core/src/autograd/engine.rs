@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::as_backward;
-use super::derivatives::{sum_to, OpBackward, OpCalls, Vjp};
+use super::derivatives::{self, OpBackward, OpCalls};
 use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
 use crate::ops::attrs::Attrs;
@@ -188,27 +188,11 @@ fn walk(
             continue;
         }
         let needs: Vec<bool> = node.next.iter().map(Option::is_some).collect();
-        let vjp = Vjp {
-            ops: rt,
-            state,
-            grads: &out_grads,
-            needs: &needs,
-        };
-        let in_grads = (state.vjp)(&vjp)?;
-        if in_grads.len() != node.next.len() {
-            return Err(Error::Invalid(format!(
-                "internal error: the backward of {} gave {} gradients for {} inputs",
-                node.name,
-                in_grads.len(),
-                node.next.len()
-            )));
-        }
-        for (j, (edge, g)) in node.next.iter().zip(in_grads).enumerate() {
-            let (Some(edge), Some(g)) = (edge, g) else {
-                continue;
-            };
-            let g = fit(&vjp, g, &state.input_metas[j], node.name, j)?;
-            deliver(rt, edge, g, &mut pending, &mut leaves)?;
+        let in_grads = derivatives::input_grads(rt, node.name, state, &out_grads, &needs)?;
+        for (edge, g) in node.next.iter().zip(in_grads) {
+            if let (Some(edge), Some(g)) = (edge, g) {
+                deliver(rt, edge, g, &mut pending, &mut leaves)?;
+            }
         }
     }
     for (key, (_, g)) in &leaves {
@@ -282,19 +266,6 @@ fn deliver(
         }
     }
     Ok(())
-}
-
-/// `g` summed back over broadcast dims and cast to the input's dtype; anything else that
-/// does not match the input is a bug in the op's formula.
-fn fit(v: &Vjp, g: Tensor, input: &TensorMeta, op: &str, j: usize) -> Result<Tensor> {
-    let g = sum_to(v, &g, &input.shape)?;
-    if g.shape() != input.shape.as_slice() {
-        return Err(Error::Invalid(format!(
-            "internal error: the backward of {op} gave input {j} a gradient {} for {input}",
-            g.meta()
-        )));
-    }
-    v.cast(&g, input.dtype)
 }
 
 fn zeros(rt: &Runtime, meta: &TensorMeta, core: CoreId) -> Result<Tensor> {

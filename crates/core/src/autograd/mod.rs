@@ -27,6 +27,7 @@ pub use engine::{backward, grad};
 pub(crate) use record::record;
 
 use crate::error::{Error, Result};
+use crate::events::Phase;
 use crate::runtime::Runtime;
 use crate::tensor::grad::{GradEdge, Leaf};
 use crate::tensor::Tensor;
@@ -66,13 +67,20 @@ pub fn in_backward() -> bool {
 
 /// Runs `f` as backward: recording off, and its ops tagged as backward.
 fn as_backward<R>(f: impl FnOnce() -> R) -> R {
+    in_phase(Phase::Backward, f)
+}
+
+/// Runs `f` with recording off and its ops' events tagged `phase`: how a compiled program
+/// runs the kernels of a traced backward (and everything else it runs, untaped).
+pub fn in_phase<R>(phase: Phase, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             IN_BACKWARD.with(|b| b.set(self.0));
         }
     }
-    let _restore = Restore(IN_BACKWARD.with(|b| b.replace(true)));
+    let backward = phase == Phase::Backward;
+    let _restore = Restore(IN_BACKWARD.with(|b| b.replace(backward)));
     no_grad(f)
 }
 

@@ -83,6 +83,21 @@ impl Tensor {
         }
     }
 
+    /// A stand-in with `meta`'s shape and dtype on `device`, backed by one zero element that
+    /// every index reads (all strides 0), with a storage of its own: what backward formulas
+    /// run on when they are traced into a graph rather than run (as torch's fake tensors).
+    /// Its [`storage_id`](Tensor::storage_id) names it while it lives.
+    pub fn stand_in(meta: &TensorMeta, device: CoreId) -> Tensor {
+        let zero = Buffer::from_le_bytes(meta.dtype, &vec![0u8; meta.dtype.size()])
+            .expect("one element's bytes make a buffer");
+        let layout = Layout {
+            shape: meta.shape.clone(),
+            strides: vec![0; meta.shape.len()],
+            offset: 0,
+        };
+        Tensor::from_storage(Arc::new(Storage::new(zero, None)), layout, device)
+    }
+
     /// A view of the same storage with another layout (checked to stay inside the buffer).
     pub(crate) fn view(&self, layout: Layout) -> Tensor {
         assert!(

@@ -17,13 +17,16 @@ use super::context::{
 };
 use super::table::{imports, Import};
 use crate::attr_codec;
-use crate::compile_state::{value_id, Active, Frame, Kind};
+use crate::compile_state::{Active, Frame, Kind};
+use crate::grad_trace::{Finished, GradTrace};
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::GuestValue;
+use neuronlab_compile::captures::{Access, Captured, Effect, Slot, TensorState};
 use neuronlab_compile::function::{CompileOptions, CompiledFunction, Entry, Plan};
 use neuronlab_compile::graph::{Producer, ValueId};
 use neuronlab_compile::guards::Signature;
 use neuronlab_compile::recorder::Recorder;
+use neuronlab_core::autograd;
 use neuronlab_core::events::{CacheSource, EventKind, LimitAction, LogLevel};
 use neuronlab_core::tensor::Tensor;
 
@@ -152,10 +155,13 @@ fn mark_gone(state: &mut GuestState, why: &str) {
     }
 }
 
-/// Ends the active recording, marking any traced value still held as gone.
+/// Ends the active recording, marking any traced value still held as gone; tensors held
+/// before a function trace that it gave new data get their old data back.
 fn abandon(c: &mut Ctx, why: &str) {
     let state = c.data_mut();
-    state.compile.active = None;
+    if let Some(grad) = state.compile.active.take().and_then(|a| a.grad) {
+        grad.restore(&mut state.handles);
+    }
     for v in state.handles.values_mut() {
         if let GuestValue::Traced(_) = v {
             *v = GuestValue::Gone(why.to_string());
@@ -190,6 +196,18 @@ pub(crate) fn before_data_read(c: &mut Ctx, h: i32, what: &str) -> HostResult<Te
         Kind::Lazy => "lazy graph (synced by a data read)".to_string(),
         Kind::Function { index } => {
             let f = &mut state.compile.functions[index];
+            if active.grad.as_ref().is_some_and(|g| g.involves_grad()) {
+                return Err(Fail(
+                    ErrorCode::Grad,
+                    format!(
+                        "'{}': {what} reads the data of a traced tensor (produced by \
+                         {producer}) in a step with gradients or in-place updates, which a graph \
+                         break cannot split; return the value from the function and read it \
+                         after the call",
+                        f.name
+                    ),
+                ));
+            }
             if f.options.fullgraph {
                 return Err(Fail(
                     ErrorCode::Op,
@@ -279,9 +297,16 @@ fn eager_tensors(values: Vec<GuestValue>) -> HostResult<Vec<Tensor>> {
     values.iter().map(|v| v.as_eager().cloned()).collect()
 }
 
+/// A cached version to run, no longer borrowing its function.
+struct Hit {
+    compiled: Arc<neuronlab_compile::recorder::CachedProgram>,
+    captured: Vec<Captured>,
+    effects: Vec<Effect>,
+}
+
 /// A [`Plan`] that no longer borrows the function.
 enum Owned {
-    Hit(Arc<neuronlab_compile::recorder::CachedProgram>, Vec<Tensor>),
+    Hit(Hit),
     Trace { reason: String, recompile: bool },
     Lazy,
     Eager { first: bool, reason: String },
@@ -290,22 +315,29 @@ enum Owned {
 
 /// Runs compiled function `index` on `inputs` (real tensors), returning real outputs.
 fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<Tensor>, CallError> {
-    let signature = Signature {
-        inputs: inputs.iter().map(|t| t.meta()).collect(),
-    };
+    let signature = Signature::of(&inputs);
     let state = c.data_mut();
     let (rt, core) = (state.runtime.clone(), state.core);
+    let handles = &state.handles;
+    let observe = |access: &Access| {
+        let t = reach(handles, &inputs, access).ok()?;
+        Some(TensorState::of(&t))
+    };
     let f = &mut state.compile.functions[index];
     let (name, fn_index, limit) = (f.name.clone(), f.fn_index, f.options.recompile_limit);
-    let plan = match f.plan(&signature) {
-        Plan::Hit(entry) => Owned::Hit(entry.compiled.clone(), entry.captured.clone()),
+    let plan = match f.plan(&signature, &observe) {
+        Plan::Hit(entry) => Owned::Hit(Hit {
+            compiled: entry.compiled.clone(),
+            captured: entry.captured.clone(),
+            effects: entry.effects.clone(),
+        }),
         Plan::Trace { reason, recompile } => Owned::Trace { reason, recompile },
         Plan::Lazy => Owned::Lazy,
         Plan::Eager { first, reason } => Owned::Eager { first, reason },
         Plan::Fail { first, message } => Owned::Fail { first, message },
     };
     match plan {
-        Owned::Hit(compiled, captured) => {
+        Owned::Hit(hit) => {
             rt.bus().publish(
                 core,
                 EventKind::CacheHit {
@@ -313,8 +345,17 @@ fn call_function(c: &mut Ctx, index: usize, inputs: Vec<Tensor>) -> Result<Vec<T
                     source: CacheSource::Memory,
                 },
             );
+            let captured = hit
+                .captured
+                .iter()
+                .map(|cap| match cap {
+                    Captured::Fixed(t) => Ok(t.clone()),
+                    Captured::Read(access) => reach(&c.data().handles, &inputs, access),
+                })
+                .collect::<HostResult<Vec<_>>>()?;
             let bound: Vec<&Tensor> = inputs.iter().chain(&captured).collect();
-            Ok(compiled.program.run(&rt, core, &bound)?)
+            let outputs = hit.compiled.program.run(&rt, core, &bound)?;
+            Ok(write_back(c, &inputs, &hit.effects, outputs)?)
         }
         Owned::Fail { first, message } => {
             if first {
@@ -433,28 +474,31 @@ fn trace_version(c: &mut Ctx, call: Traced, inputs: &[Tensor]) -> Result<Vec<Ten
         .active
         .take()
         .expect("the trace is still active");
-    let outputs = results
-        .iter()
-        .map(|v| value_id(&mut active.recorder, v))
-        .collect::<HostResult<Vec<_>>>()?;
-    let n_args = inputs.len();
-    let (graph, bindings) = active.recorder.finish(&outputs);
+    let finished = finish_trace(&mut active, &results, &state.handles, &name, inputs.len());
+    if let Some(grad) = &active.grad {
+        grad.restore(&mut state.handles);
+    }
     abandon(
         c,
         &format!("an intermediate of '{name}': return it from the function to keep it"),
     );
+    let (outputs, finished) = finished?;
+    let (graph, bindings) = active.recorder.finish(&outputs);
     let programs = c.data().shared.programs.clone();
     let (compiled, _) =
         programs.get_or_compile(&rt, core, &graph, &name, &label, recompile, true)?;
     let bound: Vec<&Tensor> = bindings.iter().collect();
-    let results = compiled.program.run(&rt, core, &bound)?;
+    let outputs = compiled.program.run(&rt, core, &bound)?;
+    let results = write_back(c, inputs, &finished.effects, outputs)?;
     let f = &mut c.data_mut().compile.functions[index];
     let guards = signature.guards(&f.options.input_names).join("; ");
     f.add(
         Entry {
             signature,
             compiled: Arc::clone(&compiled),
-            captured: bindings[n_args..].to_vec(),
+            captured: finished.captured,
+            guards: finished.guards,
+            effects: finished.effects,
         },
         recompile,
     );
@@ -470,6 +514,102 @@ fn trace_version(c: &mut Ctx, call: Traced, inputs: &[Tensor]) -> Result<Vec<Ten
     Ok(results)
 }
 
+/// The graph outputs of a finished function trace (its results, then the values of its
+/// updates) and what its version records about captures, guards and effects.
+///
+/// A result that requires a gradient is returned detached when the trace ran its own
+/// backward; without one it is an error, as a compiled forward is not yet differentiable from
+/// outside.
+fn finish_trace(
+    active: &mut Active,
+    results: &[GuestValue],
+    handles: &crate::handles::HandleTable<GuestValue>,
+    name: &str,
+    n_args: usize,
+) -> HostResult<(Vec<ValueId>, Finished)> {
+    let mut outputs = results
+        .iter()
+        .map(|v| active.value_id(v))
+        .collect::<HostResult<Vec<_>>>()?;
+    let grad = active
+        .grad
+        .as_mut()
+        .expect("function traces track gradients");
+    for out in &mut outputs {
+        if !grad.requires(*out) {
+            continue;
+        }
+        if !grad.backward_ran() {
+            return Err(Fail(
+                ErrorCode::Grad,
+                format!(
+                    "'{name}' returns a tensor that requires grad but runs no backward: compile                      traces backward inside the function, so call backward (and the optimizer                      step) in it, or return a detached tensor"
+                ),
+            ));
+        }
+        *out = grad.detach(&mut active.recorder, *out)?;
+    }
+    let finished = grad.finish(&mut active.recorder, handles, n_args)?;
+    outputs.extend(&finished.extra_outputs);
+    Ok((outputs, finished))
+}
+
+/// The tensor `access` reaches now: a held handle's, or a gradient of one or of an argument.
+fn reach(
+    handles: &crate::handles::HandleTable<GuestValue>,
+    args: &[Tensor],
+    access: &Access,
+) -> HostResult<Tensor> {
+    let slot_tensor = |slot: &Slot| -> HostResult<Tensor> {
+        match slot {
+            Slot::Arg(i) => args
+                .get(*i)
+                .cloned()
+                .ok_or_else(|| Fail(ErrorCode::Invalid, format!("the call has no argument {i}"))),
+            Slot::Held(h) => handles.get(*h)?.as_eager().cloned(),
+        }
+    };
+    match access {
+        Access::Data(slot) => slot_tensor(slot),
+        Access::Grad(slot) => slot_tensor(slot)?
+            .leaf()
+            .and_then(|leaf| leaf.grad())
+            .ok_or_else(|| Fail(ErrorCode::Grad, "the gradient is gone".into())),
+    }
+}
+
+/// Splits a run's outputs into the function's results and its updates, and makes the updates:
+/// new data for held tensors (keeping their identity and gradient), new gradients.
+fn write_back(
+    c: &mut Ctx,
+    args: &[Tensor],
+    effects: &[Effect],
+    mut outputs: Vec<Tensor>,
+) -> HostResult<Vec<Tensor>> {
+    let n_extra = effects.iter().filter(|e| e.output.is_some()).count();
+    let extras = outputs.split_off(outputs.len() - n_extra);
+    let handles = &mut c.data_mut().handles;
+    for effect in effects {
+        let value = effect.output.map(|k| extras[k].clone());
+        match (effect.access, value) {
+            (Access::Data(Slot::Held(h)), Some(data)) => {
+                let current = handles.get(h)?.as_eager()?.clone();
+                let updated = autograd::replace_data(&current, &data)?;
+                *handles.get_mut(h)? = GuestValue::Eager(updated);
+            }
+            (Access::Grad(slot), grad) => {
+                let leaf = match slot {
+                    Slot::Arg(i) => args[i].clone(),
+                    Slot::Held(h) => handles.get(h)?.as_eager()?.clone(),
+                };
+                autograd::set_grad(&leaf, grad)?;
+            }
+            _ => unreachable!("data effects have values and name held tensors"),
+        }
+    }
+    Ok(outputs)
+}
+
 /// Starts recording compiled function `index`: each input becomes a graph input of its own,
 /// and the returned traced values are the arguments to pass to the trampoline.
 fn start_function_trace(c: &mut Ctx, index: usize, inputs: &[Tensor]) -> Vec<GuestValue> {
@@ -478,9 +618,12 @@ fn start_function_trace(c: &mut Ctx, index: usize, inputs: &[Tensor]) -> Vec<Gue
         .iter()
         .map(|t| GuestValue::Traced(recorder.arg(t)))
         .collect();
-    c.data_mut().compile.active = Some(Active {
+    let state = c.data_mut();
+    let grad = GradTrace::begin(&state.handles, &recorder, inputs);
+    state.compile.active = Some(Active {
         recorder,
         kind: Kind::Function { index },
+        grad: Some(grad),
     });
     args
 }
@@ -666,10 +809,7 @@ fn lazy_begin(c: &mut Ctx) -> HostResult<i32> {
             "already recording (lazy mode or a compiled function); lazy regions do not nest".into(),
         ));
     }
-    compile.active = Some(Active {
-        recorder: Recorder::new(),
-        kind: Kind::Lazy,
-    });
+    compile.active = Some(Active::lazy());
     Ok(0)
 }
 

@@ -85,16 +85,19 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
     }
     if caller.data().compile.recording() {
         let inputs = read_handles(caller, inputs_ptr, n_inputs)?;
-        let records_grad = caller.data().grad_enabled
+        let state = caller.data();
+        let lazy_with_grad = !state.compile.traces_grad()
+            && state.grad_enabled
             && inputs
                 .iter()
                 .any(|v| matches!(v, GuestValue::Eager(t) if t.requires_grad()));
-        if records_grad {
+        if lazy_with_grad {
             return Err(Fail(
                 ErrorCode::Grad,
                 format!(
-                    "{}: compile does not trace gradients yet, and an input requires one; \
-                     run this step eagerly, or under no_grad",
+                    "{}: lazy mode does not trace gradients, and an input requires one; run \
+                     the training step in a compiled function or eagerly, or this op under \
+                     no_grad",
                     def.name
                 ),
             ));
@@ -102,9 +105,13 @@ fn op_call(caller: &mut Ctx, args: OpCall) -> HostResult<i32> {
         let attrs = attr_codec::decode(&read(caller, attrs_ptr, attrs_len)?)
             .map_err(|e| Fail(ErrorCode::Invalid, format!("{}: {e}", def.name)))?;
         let state = caller.data_mut();
-        let outputs = state
-            .compile
-            .record(&state.runtime, OpId(id as u32), &inputs, &attrs)?;
+        let outputs = state.compile.record(
+            &state.runtime,
+            OpId(id as u32),
+            &inputs,
+            &attrs,
+            state.grad_enabled,
+        )?;
         return write_new_handles(caller, outputs, outputs_ptr);
     }
     // The eager path borrows the input tensors from the handle table, straight from the
