@@ -9,10 +9,12 @@
 //! of torch's ops computes in f32 for bf16 and f16 parameters and rounds once to the
 //! parameter's dtype.
 //!
-//! The step count and the learning rate are f64 0-d tensors, and the numbers derived from
-//! them (bias corrections, step size) are computed by tensor ops: a compiled training step
-//! reads them from the optimizer's state on every call instead of baking one step's values
-//! into its graph (torch's `capturable`), and in f64 they equal the Python floats torch uses.
+//! Each parameter's step count (torch's per-parameter `state["step"]`: a parameter without a
+//! gradient in a step is skipped, its count too) and the learning rate are f64 0-d tensors,
+//! and the numbers derived from them (bias corrections, step size) are computed by tensor
+//! ops: a compiled training step reads them from the optimizer's state on every call instead
+//! of baking one step's values into its graph (torch's `capturable`), and in f64 they equal
+//! the Python floats torch uses.
 //!
 //! # Example
 //!
@@ -139,23 +141,25 @@ fn zeros_like(p: &Tensor) -> Result<Tensor> {
     zeros_with(&p.shape(), ZerosOptions::new().dtype(p.dtype()))
 }
 
-/// The learning rate and step count of an optimizer, as f64 0-d tensors.
+/// The learning rate of an optimizer and its parameters' step counts, as f64 0-d tensors.
 struct Schedule {
     /// The learning rate (mirrored in `lr_value` for [`Optimizer::lr`]).
     lr: Tensor,
     lr_value: f64,
-    /// Steps taken, counted by tensor ops.
-    step: Tensor,
-    /// The same count on the guest's side, for [`Adam::steps`].
+    /// Steps each parameter took, counted by tensor ops.
+    counts: Vec<Tensor>,
+    /// Calls of `step`, on the guest's side, for [`Adam::steps`].
     steps: u64,
 }
 
 impl Schedule {
-    fn new(lr: f64) -> Result<Schedule> {
+    fn new(lr: f64, params: usize) -> Result<Schedule> {
         Ok(Schedule {
             lr: constant(lr, DType::F64)?,
             lr_value: lr,
-            step: constant(0.0, DType::F64)?,
+            counts: (0..params)
+                .map(|_| constant(0.0, DType::F64))
+                .collect::<Result<_>>()?,
             steps: 0,
         })
     }
@@ -166,11 +170,10 @@ impl Schedule {
         Ok(())
     }
 
-    /// Counts one more step and returns the new count (a 0-d f64 tensor).
-    fn advance(&mut self) -> Result<Tensor> {
-        let next = self.step.add(&constant(1.0, DType::F64)?)?;
-        self.step.set_data(&next)?;
-        self.steps += 1;
+    /// Counts one more step for parameter `i` and returns its new count (a 0-d f64 tensor).
+    fn advance(&mut self, i: usize) -> Result<Tensor> {
+        let next = self.counts[i].add(&constant(1.0, DType::F64)?)?;
+        self.counts[i].set_data(&next)?;
         Ok(next)
     }
 }
@@ -228,9 +231,9 @@ impl<'a> SGD<'a> {
             Vec::new()
         };
         Ok(SGD {
+            schedule: Schedule::new(config.lr, params.len())?,
             params,
             config,
-            schedule: Schedule::new(config.lr)?,
             momentum,
         })
     }
@@ -239,18 +242,20 @@ impl<'a> SGD<'a> {
 impl Optimizer for SGD<'_> {
     fn step(&mut self) -> Result<()> {
         let c = self.config;
+        self.schedule.steps += 1;
         no_grad(|| {
-            let step = self.schedule.advance()?;
             let neg_lr = self.schedule.lr.neg()?;
             for (i, p) in self.params.iter().enumerate() {
                 let Some(mut d) = p.grad()? else { continue };
+                let step = self.schedule.advance(i)?;
                 if c.weight_decay != 0.0 {
                     d = add_scaled(&d, p, c.weight_decay)?;
                 }
                 if c.momentum != 0.0 {
                     let buf = &self.momentum[i];
-                    // torch: buf.mul_(momentum).add_(d, alpha=1 - dampening); on the first
-                    // step buf = d, which a zero buffer gives only without dampening.
+                    // torch: buf.mul_(momentum).add_(d, alpha=1 - dampening); on the
+                    // parameter's first step buf = d, which a zero buffer gives only without
+                    // dampening.
                     let mut b = add_scaled(&scale(buf, c.momentum)?, &d, 1.0 - c.dampening)?;
                     if c.dampening != 0.0 {
                         let first = step.eq(&constant(1.0, DType::F64)?)?;
@@ -333,10 +338,10 @@ impl<'a> AdamState<'a> {
                 .collect::<Result<_>>()
         })?;
         Ok(AdamState {
+            schedule: Schedule::new(config.lr, params.len())?,
             params,
             config,
             decoupled,
-            schedule: Schedule::new(config.lr)?,
             moments,
         })
     }
@@ -344,18 +349,20 @@ impl<'a> AdamState<'a> {
     fn step(&mut self) -> Result<()> {
         let c = self.config;
         let (b1, b2) = c.betas;
+        self.schedule.steps += 1;
         no_grad(|| {
-            let step = self.schedule.advance()?;
-            let lr = &self.schedule.lr;
             let f64_const = |v: f64| constant(v, DType::F64);
-            // As torch's Python floats: bias_correction1 = 1 - beta1 ** step, and so on.
-            let bias1 = f64_const(1.0)?.sub(&f64_const(b1)?.pow(&step)?)?;
-            let bias2 = f64_const(1.0)?.sub(&f64_const(b2)?.pow(&step)?)?;
-            let neg_step_size = lr.div(&bias1)?.neg()?;
-            let bias2_sqrt = bias2.sqrt()?;
+            // A second handle, as `advance` borrows the schedule mutably.
+            let lr = self.schedule.lr.try_clone()?;
             let decay = f64_const(1.0)?.sub(&lr.mul(&f64_const(c.weight_decay)?)?)?;
-            for (p, (m, v)) in self.params.iter().zip(&self.moments) {
+            for (i, (p, (m, v))) in self.params.iter().zip(&self.moments).enumerate() {
                 let Some(mut g) = p.grad()? else { continue };
+                let step = self.schedule.advance(i)?;
+                // As torch's Python floats: bias_correction1 = 1 - beta1 ** step, and so on.
+                let bias1 = f64_const(1.0)?.sub(&f64_const(b1)?.pow(&step)?)?;
+                let bias2 = f64_const(1.0)?.sub(&f64_const(b2)?.pow(&step)?)?;
+                let neg_step_size = lr.div(&bias1)?.neg()?;
+                let bias2_sqrt = bias2.sqrt()?;
                 let dt = p.dtype();
                 let mut param = p.try_clone()?;
                 if self.decoupled {
