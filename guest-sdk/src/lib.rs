@@ -81,8 +81,7 @@ pub mod vars;
 pub use attrs::Attrs;
 pub use autograd::{grad, is_grad_enabled, no_grad};
 pub use compile::{
-    compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, CompileStats,
-    Compiled,
+    compile, compile_with, lazy, neuronlab_trampoline, sync, CompileOptions, CompileStats, Compiled,
 };
 pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};

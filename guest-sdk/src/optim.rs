@@ -329,7 +329,12 @@ struct AdamState<'a> {
 }
 
 impl<'a> AdamState<'a> {
-    fn new(params: Vec<&'a Tensor>, config: AdamConfig, decoupled: bool, who: &str) -> Result<Self> {
+    fn new(
+        params: Vec<&'a Tensor>,
+        config: AdamConfig,
+        decoupled: bool,
+        who: &str,
+    ) -> Result<Self> {
         check_params(&params, who)?;
         let moments = no_grad(|| {
             params

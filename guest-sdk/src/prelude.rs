@@ -25,7 +25,7 @@ pub use crate::optim::{
     AdamW, AdamWConfig, LrScheduler, Optimizer, SGDConfig, SGD,
 };
 pub use crate::{
-    call, clear_output, compile, grad, no_grad, compile_with, dist, from_slice, lazy, plot, sync, Attrs, Bf16,
-    CompileOptions, Compiled, DTensor, DType, DeviceMesh, DisplayHandle, Error, ErrorKind, Group,
-    Placement, ReduceOp, Result, Tensor, F16,
+    call, clear_output, compile, compile_with, dist, from_slice, grad, lazy, no_grad, plot, sync,
+    Attrs, Bf16, CompileOptions, Compiled, DTensor, DType, DeviceMesh, DisplayHandle, Error,
+    ErrorKind, Group, Placement, ReduceOp, Result, Tensor, F16,
 };

@@ -89,3 +89,38 @@ def test_explain_shows_versions_and_guards(out):
     assert "compiled function 'mlp': 3 version(s), 2 recompile(s) of 8 allowed" in text
     assert "input 0 'x': dtype == f32 and shape == [4, 64]" in text
     assert "guards:" in text
+
+
+def test_a_compiled_step_leaves_the_gradients_eager_backward_leaves(out):
+    assert float(stdout_value(out, "grad_step grad vs eager max diff")) == 0.0
+    # A second call finds the gradient of the first: it accumulates, as eager backward does.
+    assert float(stdout_value(out, "grad_step accumulated vs twice max diff")) == 0.0
+
+
+def test_requires_grad_and_gradient_presence_are_guarded(out):
+    recompiles = [line for line in logs(out, "[recompiles]") if "'grad_step'" in line]
+    assert recompiles[0].startswith(
+        "[recompiles] recompile 1/8 of 'grad_step': the gradient of input 1 'w' was None and is now f32[4, 3]"
+    ), recompiles
+    assert recompiles[1].startswith(
+        "[recompiles] recompile 2/8 of 'grad_step': input 1 'w' requires_grad changed: expected true, got false"
+    ), recompiles
+
+
+def test_a_closure_over_parameters_and_an_optimizer_compiles_once_and_reads_them_each_call(out):
+    # Forward, backward and the SGD update with momentum, compiled: bitwise the eager steps.
+    assert float(stdout_value(out, "sgd_step compiled vs eager max diff")) == 0.0
+    # The parameter was zeroed outside between calls: the cached program read the new value.
+    assert float(stdout_value(out, "sgd_step loss after set_data")) == 0.0
+    assert stdout_value(out, "sgd_step compiles") == "1 of 4 calls"
+
+
+def test_a_bad_training_step_is_a_clear_error_and_loses_nothing(out):
+    assert "backward through mean a second time" in stdout_value(out, "twice_backward error")
+    assert "retain_graph=true" in stdout_value(out, "twice_backward error")
+    assert "must keep the tensor's shape" in stdout_value(out, "reshaping error")
+    reading = stdout_value(out, "reading error")
+    assert reading.startswith("ERR_GRAD") and "return the value from the function" in reading
+    assert "call backward (and the optimizer step) in it" in stdout_value(out, "forward_only error")
+    assert stdout_value(out, "p unchanged by the bad steps") == "true"
+    assert "never printed" not in out.stdout

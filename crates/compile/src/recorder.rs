@@ -203,8 +203,9 @@ pub fn graph_id(hash: &blake3::Hash) -> String {
     hash.to_hex()[..16].to_string()
 }
 
-/// What makes two tensors the same to a recording: one storage, viewed the same way.
-pub type TensorKey = (usize, Vec<usize>, Vec<usize>, usize);
+/// What makes two tensors the same to a recording: one storage, viewed the same way, at the
+/// same place in autograd's graph (a detached copy of a leaf is another tensor).
+pub type TensorKey = (usize, Vec<usize>, Vec<usize>, usize, Option<(usize, usize)>);
 
 /// The identity of `t` as a recording binds it.
 pub fn tensor_key(t: &Tensor) -> TensorKey {
@@ -213,6 +214,7 @@ pub fn tensor_key(t: &Tensor) -> TensorKey {
         t.shape().to_vec(),
         t.strides().to_vec(),
         t.layout().offset,
+        t.grad_edge().map(|e| e.key()),
     )
 }
 

@@ -543,7 +543,9 @@ fn finish_trace(
             return Err(Fail(
                 ErrorCode::Grad,
                 format!(
-                    "'{name}' returns a tensor that requires grad but runs no backward: compile                      traces backward inside the function, so call backward (and the optimizer                      step) in it, or return a detached tensor"
+                    "'{name}' returns a tensor that requires grad but runs no backward: compile \
+                     traces backward inside the function, so call backward (and the optimizer \
+                     step) in it, or return a detached tensor"
                 ),
             ));
         }
