@@ -44,10 +44,29 @@ pub(super) struct Row<'a> {
 }
 
 impl Row<'_> {
-    /// The slice of this row's phase that runs at `t`, if any.
-    pub(super) fn at(&self, t: f64) -> Option<&Slice> {
-        let i = self.slices.partition_point(|s| s.end <= t);
-        self.slices.get(i).filter(|s| s.phase == self.phase)
+    /// The slice a column from `start` to `end` (seconds) shows: the one at its middle when it
+    /// is of this row's phase, else the row's slice with the most time in the column. So a
+    /// step's backward shorter than a column still marks it, and a column holding both
+    /// phases shows in both rows.
+    pub(super) fn in_column(&self, start: f64, end: f64) -> Option<&Slice> {
+        let middle = (start + end) / 2.0;
+        let i = self.slices.partition_point(|s| s.end <= middle);
+        match self.slices.get(i) {
+            Some(s) if s.phase == self.phase => Some(s),
+            None => None,
+            Some(_) => {
+                let time = |s: &Slice| s.end.min(end) - s.start.max(start);
+                // Slices laid back to back carry rounding: a neighbour's last femtoseconds
+                // in a column are not time in it.
+                let least = (end - start) * 1e-6;
+                let first = self.slices.partition_point(|s| s.end <= start);
+                self.slices[first..]
+                    .iter()
+                    .take_while(|s| s.start < end)
+                    .filter(|s| s.phase == self.phase && time(s) > least)
+                    .max_by(|a, b| time(a).total_cmp(&time(b)))
+            }
+        }
     }
 
     /// Its slices, in order.
@@ -210,13 +229,15 @@ pub(super) fn lay_out(events: &[Event]) -> Lanes {
     cores
 }
 
-/// One row's columns: each shows the slice at its middle when it is of the row's phase; a row
-/// whose ops are all too short for a column still shows its first, where it starts.
+/// One row's columns, each showing [`Row::in_column`]; a row whose ops are all too short for
+/// a column still shows its first, where it starts.
 fn row(r: &Row, span: f64, symbol: &dyn Fn(&str) -> char) -> String {
+    let width = span / WIDTH as f64;
     let mut row: Vec<char> = (0..WIDTH)
         .map(|col| {
-            let t = (col as f64 + 0.5) * span / WIDTH as f64;
-            r.at(t).map_or(' ', |s| symbol(&s.name))
+            let start = col as f64 * width;
+            r.in_column(start, start + width)
+                .map_or(' ', |s| symbol(&s.name))
         })
         .collect();
     if row.iter().all(|&c| c == ' ') {
@@ -363,5 +384,24 @@ pub(super) mod tests {
         );
         // Without backward ops there is no such line.
         assert!(!render(&events[..2]).unwrap().contains("backward"));
+    }
+
+    #[test]
+    fn a_backward_shorter_than_a_column_still_marks_its_columns() {
+        // Ten steps of 7 columns: 66 µs forward, then 4 µs of backward inside the 7th column.
+        let events: Vec<Event> = (0..10)
+            .flat_map(|_| [op(0, "a", 66.0), backward(0, "b", 4.0)])
+            .collect();
+        let text = render(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!("neuron:0          |{}| 700 µs", "A".repeat(70))
+        );
+        assert_eq!(
+            lines[2],
+            format!("neuron:0 backward |{}| 40.0 µs", "      B".repeat(10)),
+            "{text}"
+        );
     }
 }

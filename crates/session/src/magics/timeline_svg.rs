@@ -10,7 +10,8 @@
 //! rough estimate of their width, so no system font is needed.
 //!
 //! A lane with more than [`MAX_BARS`] slices is drawn at the plot's resolution instead: each
-//! of [`SAMPLES`] columns takes the colour of the slice at its middle, and runs of one colour
+//! of [`SAMPLES`] columns takes the colour of the slice at its middle (or, in a lane of one
+//! phase, of the lane's slice with the most time in the column), and runs of one colour
 //! become one bar, so a long loop gives a bounded drawing.
 
 use std::ops::Range;
@@ -178,13 +179,12 @@ fn bars(row: &Row, span: f64, colour: &dyn Fn(&str) -> RGBColor) -> Vec<(f64, f6
     // Whether the previous column had a bar: a column of the other phase ends a run.
     let mut open = false;
     for col in 0..SAMPLES {
-        let t = (col as f64 + 0.5) * width;
-        let Some(slice) = row.at(t) else {
+        let (start, end) = (col as f64 * width, (col + 1) as f64 * width);
+        let Some(slice) = row.in_column(start, end) else {
             open = false;
             continue;
         };
         let c = colour(&slice.name);
-        let (start, end) = (col as f64 * width, (col + 1) as f64 * width);
         match runs.last_mut() {
             Some(run) if open && run.2 == c => run.1 = end,
             _ => runs.push((start, end, c)),
