@@ -453,7 +453,7 @@ fn every_magic_with_good_and_bad_arguments() {
         ok(
             "%events\n%events op --last 1\n%events memory\n%timeline",
             &[
-                "seq kind core name host modeled details",
+                "seq kind phase core name host modeled details",
                 "events in cell [",
                 "the last 1 of 2 events of kind op in cell [",
                 "f32[3] -> f32[3]",

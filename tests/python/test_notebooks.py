@@ -111,3 +111,43 @@ def test_04_sandbox_failures_leave_the_session_intact():
     assert "index out of bounds" in text(cells[4])
     assert "mismatched types" in text(cells[5])
     assert "still here" in text(cells[6]) and result(cells[6]) == "4"
+
+
+def test_05_training_shows_the_backward_pass():
+    cells = code_cells(run_notebook("05-training"))
+    # train-mlp: 20 steps whose loss falls at every step.
+    steps = re.findall(r"^step (\d+) loss (\S+)$", text(cells[0]), re.M)
+    assert [int(n) for n, _ in steps] == list(range(1, 21)), text(cells[0])
+    losses = [float(loss) for _, loss in steps]
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert losses[-1] < 0.5 * losses[0], losses
+
+    # %events backward: only backward ops, in the phase column.
+    events = text(cells[1])
+    rows = [line.split() for line in events.splitlines() if re.match(r"^\s*\d+\s+op\s", line)]
+    assert len(rows) == 8 and all(row[2] == "backward" for row in rows), events
+    assert re.search(r"the last 8 of \d+ backward ops in cell \[1\]", events), events
+
+    # %timeline: the backward ops have their own row (text) and lane (SVG), and a legend line.
+    assert_timeline_svg(cells[2], "neuron:0 backward")
+    [timeline] = [o.data for o in cells[2].outputs if "image/svg+xml" in o.get("data", {})]
+    assert re.search(r"^neuron:0 backward \|.*[A-H].*\| ", timeline["text/plain"], re.M), timeline
+    assert "neuron:N backward: the ops backward ran on that core" in timeline["text/plain"]
+
+    # The loss curve: the same loop in a cell gives train-mlp's losses, plotted.
+    [plot] = [o.data for o in cells[3].outputs if "image/svg+xml" in o.get("data", {})]
+    for label in ("train-mlp, eager: loss per step", "step", "mean squared error"):
+        assert label in plot["image/svg+xml"], label
+    assert re.search(r"AdamW, lr 0.01 +\S+ +\S+ … \S+, 20 points", plot["text/plain"]), plot
+    first, last = re.search(r"loss (\S+) at step 1, (\S+) at step 20", text(cells[3])).groups()
+    assert (float(first), float(last)) == (losses[0], losses[-1]), text(cells[3])
+
+    # %mem: the autograd heading; the four parameters keep 196 B of gradients
+    # (4x8 + 8 + 8x1 + 1 f32), and nothing stays saved after backward.
+    mem = text(cells[4])
+    heading = "autograd (part of the HBM in use): activations saved for backward"
+    assert heading in mem, mem
+    autograd = mem.split(heading, 1)[1]
+    assert re.search(r"^neuron:0\s+0 B\s+\S+ \S*B\s+0\s+196 B$", autograd, re.M), mem
+    [html] = [o.data["text/html"] for o in cells[4].outputs if "text/html" in o.get("data", {})]
+    assert html.count("<table>") == 2 and "<b>autograd" in html, html

@@ -203,10 +203,12 @@ fn saved_activations_and_gradients_are_accounted_per_core() {
     let loss = sum(&rt, &call(&rt, "mul", &[&y, &x])); // saves both inputs
     let used = rt.autograd_use(core).unwrap();
     assert_eq!(used.saved, 2048, "{used:?}");
+    assert_eq!(used.saved_storages, 2, "x and y, y counted once: {used:?}");
     assert_eq!(used.grads, 0);
     backward(&rt, &[loss], &[None], false).unwrap();
     let used = rt.autograd_use(core).unwrap();
     assert_eq!(used.saved, 0, "backward frees what was saved: {used:?}");
+    assert_eq!(used.saved_storages, 0);
     assert_eq!(used.saved_peak, 2048);
     assert_eq!(used.grads, 1024);
     // The graph's nodes hold the leaf, as torch's do: the gradient goes with the last of them.

@@ -324,7 +324,10 @@ mod tests {
         let c = s.complete("%ev", 3);
         assert_eq!((c.start, c.end, texts(&c)), (0, 3, vec!["%events"]));
         assert_eq!(c.matches[0].kind, "magic");
-        assert_eq!(c.matches[0].detail, "%events [kind] [--last N]");
+        assert_eq!(
+            c.matches[0].detail,
+            "%events [kind] [forward|backward] [--last N]"
+        );
         // `%%` offers only cell magics, and only on the first line.
         assert_eq!(texts(&s.complete("%%w", 3)), ["%%wat"]);
         assert_eq!(texts(&s.complete("%%t", 3)), ["%%time"]);
@@ -345,6 +348,7 @@ mod tests {
         assert_eq!((c.start, texts(&c)), (8, vec!["compile", "collective"]));
         assert!(c.matches.iter().all(|m| m.kind == "argument"));
         assert_eq!(texts(&s.complete("%events op --l", 14)), ["--last"]);
+        assert_eq!(texts(&s.complete("%events op b", 12)), ["backward"]);
         assert_eq!(texts(&s.complete("%cache ", 7)), ["ls", "clear"]);
         assert!(s.complete("%cache ls ", 10).matches.is_empty());
         assert_eq!(
@@ -406,7 +410,7 @@ mod tests {
         assert!(
             magic
                 .plain()
-                .starts_with("%events [kind] [--last N]\n\nThe events"),
+                .starts_with("%events [kind] [forward|backward] [--last N]\n\nThe events"),
             "{magic:?}"
         );
         let op = s.inspect("let y = matmul(a, b);", 10).unwrap();

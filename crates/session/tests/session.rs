@@ -185,6 +185,45 @@ const COMPILE_WAT: &str = r#"%%wat
     (call $apply (local.get $f) (i32.const 24) (i32.const 16))))
 "#;
 
+/// Marks `w` = [1, 2, 3] as requiring a gradient, computes `z = exp(w) * w` and runs backward
+/// from `z` with a gradient of ones, then keeps `w` (and so its gradient) as a variable. `exp`
+/// saves its output and `mul` both inputs: two storages of 12 B, saved until backward frees
+/// them. A failing import traps.
+const BACKWARD_WAT: &str = r#"%%wat
+(module
+  (import "neuronlab" "tensor_create" (func $create (param i32 i32 i32 i32 i32) (result i32)))
+  (import "neuronlab" "op_lookup" (func $lookup (param i32 i32) (result i32)))
+  (import "neuronlab" "op_call" (func $call (param i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "neuronlab" "grad_requires" (func $requires (param i32) (result i32)))
+  (import "neuronlab" "grad_backward" (func $backward (param i32 i32 i32) (result i32)))
+  (import "neuronlab" "var_set_tensor" (func $set_tensor (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "exp")
+  (data (i32.const 8) "mul")
+  (data (i32.const 16) "\03\00\00\00\00\00\00\00")
+  (data (i32.const 32) "\00\00\80\3f\00\00\00\40\00\00\40\40")
+  (data (i32.const 48) "\00\00\80\3f\00\00\80\3f\00\00\80\3f")
+  (data (i32.const 64) "w")
+  (func $ok (param $status i32) (result i32)
+    (if (i32.lt_s (local.get $status) (i32.const 0)) (then unreachable))
+    (local.get $status))
+  (func $vector (param $data i32) (result i32)
+    (call $ok (call $create (i32.const 0) (i32.const 16) (i32.const 1) (local.get $data) (i32.const 12))))
+  (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10004))
+  (func (export "run")
+    (local $w i32)
+    (local.set $w (call $vector (i32.const 32)))
+    (drop (call $ok (call $requires (local.get $w))))
+    (i32.store (i32.const 128) (local.get $w))
+    (drop (call $ok (call $call (call $ok (call $lookup (i32.const 0) (i32.const 3)))
+      (i32.const 128) (i32.const 1) (i32.const 0) (i32.const 0) (i32.const 136) (i32.const 1))))
+    (i32.store (i32.const 140) (local.get $w))
+    (drop (call $ok (call $call (call $ok (call $lookup (i32.const 8) (i32.const 3)))
+      (i32.const 136) (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 144) (i32.const 1))))
+    (drop (call $ok (call $backward (i32.load (i32.const 144)) (call $vector (i32.const 48)) (i32.const 0))))
+    (drop (call $ok (call $set_tensor (i32.const 64) (i32.const 1) (local.get $w))))))
+"#;
+
 /// The rows of an `%events` table whose kind column is `kind`.
 fn rows_of_kind(table: &str, kind: &str) -> usize {
     table
@@ -306,7 +345,9 @@ fn help_and_magic_mistakes() {
     for magic in ["%events", "%timeline", "%%wat", "%device"] {
         assert!(text.contains(magic), "{text}");
     }
-    assert!(ok(&mut s, "%help events").starts_with("%events [kind] [--last N]\n\n"));
+    assert!(
+        ok(&mut s, "%help events").starts_with("%events [kind] [forward|backward] [--last N]\n\n")
+    );
     assert!(ok(&mut s, "%help %mem").starts_with("%mem"));
     fails(&mut s, "%help nope", "MagicError");
     let e = fails(&mut s, "%evnts", "MagicError");
@@ -380,10 +421,131 @@ fn events_shows_the_last_cell() {
         "%events --last 1 --last 2",
     ] {
         let e = fails(&mut s, bad, "MagicError");
-        assert!(e.contains("usage: %events [kind] [--last N]"), "{bad}: {e}");
+        assert!(
+            e.contains("usage: %events [kind] [forward|backward] [--last N]"),
+            "{bad}: {e}"
+        );
     }
     let e = fails(&mut s, "%events bogus", "MagicError");
     assert!(e.contains("the kinds are op, memory, compile"), "{e}");
+}
+
+#[test]
+fn a_backward_shows_in_events_timeline_trace_and_mem() {
+    let mut s = session();
+    ok(&mut s, BACKWARD_WAT);
+    let row = |table: &str, seq_name: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some(seq_name))
+            .unwrap_or_else(|| panic!("no {seq_name} row: {table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let ops = ok(&mut s, "%events op");
+    assert!(ops.lines().next().unwrap().contains(" phase "), "{ops}");
+    // Forward ran exp and mul; backward its own muls, the sum of w's two gradients, and more.
+    assert_eq!(
+        row(&ops, "exp")[1..5],
+        ["op", "forward", "neuron:0", "exp"],
+        "{ops}"
+    );
+    let backward = ok(&mut s, "%events backward");
+    let rows: Vec<&str> = backward.lines().filter(|l| l.contains(" op ")).collect();
+    assert!(rows.len() >= 4, "{backward}");
+    assert_eq!(row(&backward, "add")[2], "backward", "{backward}");
+    assert!(
+        rows.iter()
+            .all(|l| l.split_whitespace().nth(2) == Some("backward")),
+        "{backward}"
+    );
+    assert!(
+        !backward.contains(" exp "),
+        "exp ran forward only: {backward}"
+    );
+    assert!(
+        backward.contains(&format!("{} backward ops in cell [1]", rows.len())),
+        "{backward}"
+    );
+    assert_eq!(ok(&mut s, "%events op backward"), backward);
+    let forward = ok(&mut s, "%events forward --last 1");
+    assert!(
+        forward.contains("the last 1 of 2 forward ops in cell [1]"),
+        "{forward}"
+    );
+    let e = fails(&mut s, "%events memory backward", "MagicError");
+    assert!(e.contains("only op events have a phase"), "{e}");
+    fails(&mut s, "%events forward backward", "MagicError");
+
+    let timeline = ok(&mut s, "%timeline 1");
+    assert!(timeline.contains("\nneuron:0          |"), "{timeline}");
+    assert!(timeline.contains("\nneuron:0 backward |"), "{timeline}");
+    assert!(
+        timeline.contains("  neuron:N backward: the ops backward ran on that core"),
+        "{timeline}"
+    );
+
+    let file = scratch("trace").join("backward.json");
+    ok(&mut s, &format!("%trace save {}", file.display()));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let cats = |phase: &str| -> Vec<String> {
+        json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["args"]["phase"] == phase)
+            .map(|e| e["cat"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(cats("backward").iter().all(|c| c == "op,backward"));
+    assert!(!cats("backward").is_empty() && cats("forward").iter().all(|c| c == "op"));
+
+    // exp's output and w are saved (24 B) until backward frees them; w keeps its 12 B
+    // gradient as a variable.
+    let mem = ok(&mut s, "%mem");
+    let (hbm, autograd) = mem
+        .split_once("\n\nautograd (part of the HBM in use): ")
+        .unwrap_or_else(|| panic!("{mem}"));
+    assert!(hbm.contains("host: "), "{mem}");
+    let lines: Vec<Vec<&str>> = autograd
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[1][..],
+        [
+            "core",
+            "saved",
+            "saved",
+            "peak",
+            "saved",
+            "tensors",
+            "gradients"
+        ]
+    );
+    assert_eq!(
+        lines[2][..],
+        ["neuron:0", "0", "B", "24", "B", "0", "12", "B"],
+        "{mem}"
+    );
+    assert_eq!(lines.len(), 3, "only the core that trained: {mem}");
+    let ran = run(&mut s, "%mem");
+    let html = ran.outputs.iter().find_map(|o| match o {
+        Output::Display(b) => b.get("text/html").map(str::to_string),
+        _ => None,
+    });
+    let html = html.unwrap();
+    assert!(
+        html.contains("<p><b>autograd (part of the HBM in use): "),
+        "{html}"
+    );
+    assert_eq!(html.matches("<table>").count(), 2, "{html}");
+
+    // Without the variable, and with the peaks reset, nothing is left to show.
+    ok(&mut s, "%reset");
+    ok(&mut s, HELLO_CELL);
+    assert!(!ok(&mut s, "%mem").contains("autograd"));
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //!   memory counters, and instants for cache hits, graph breaks, traps and logs;
 //! - pid 2, "Trainium (modeled)": each core's ops and collectives laid back to back by their
 //!   modeled times, from zero: what the device timeline would look like.
+//!
+//! Ops that backward ran have the category `op,backward` (the others `op`) and every op has
+//! `args.phase`, so a viewer can filter or search for the backward pass.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -13,7 +16,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::event::{Event, EventKind, TensorSig};
+use super::event::{Event, EventKind, Phase, TensorSig};
 use crate::device::CoreId;
 
 const HOST_PID: u32 = 1;
@@ -50,19 +53,26 @@ pub fn chrome_trace(events: &[Event]) -> Value {
                     "memory_us": m.memory_s * 1e6,
                     "launch_us": m.launch_s * 1e6,
                     "bound": m.bound.to_string(),
+                    "phase": op.phase.name(),
                 });
+                // Chrome trace categories are a comma-separated list: "op" still selects
+                // every op, "backward" the backward pass.
+                let cat = match op.phase {
+                    Phase::Forward => "op",
+                    Phase::Backward => "op,backward",
+                };
                 out.push(slice(
                     HOST_PID,
                     core,
                     &op.name,
-                    "op",
+                    cat,
                     ts,
                     op.host_us,
                     args.clone(),
                 ));
                 // Views do no device work: nothing to draw on the device.
                 if m.total_s > 0.0 {
-                    out.push(device_slice(core, &op.name, "op", m.total_s * 1e6, args));
+                    out.push(device_slice(core, &op.name, cat, m.total_s * 1e6, args));
                 }
             }
             EventKind::Compile(c) => {
@@ -315,6 +325,34 @@ mod tests {
         assert_eq!(
             (instants[0]["tid"].as_u64(), instants[0]["ts"].as_f64()),
             (Some(1), Some(650.0))
+        );
+    }
+
+    #[test]
+    fn backward_ops_carry_their_category_and_phase_on_both_tracks() {
+        let mut grad = op(2, 0, "mul", 5.0, 7.0, Bound::Memory);
+        if let EventKind::Op(o) = &mut grad.kind {
+            o.phase = Phase::Backward;
+        }
+        let trace = chrome_trace(&[op(1, 0, "mul", 5.0, 7.0, Bound::Memory), grad]);
+        let ops: Vec<(u64, &str, &str)> = with_ph(&trace, "X")
+            .into_iter()
+            .map(|s| {
+                (
+                    s["pid"].as_u64().unwrap(),
+                    s["cat"].as_str().unwrap(),
+                    s["args"]["phase"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                (1, "op", "forward"),
+                (2, "op", "forward"),
+                (1, "op,backward", "backward"),
+                (2, "op,backward", "backward"),
+            ]
         );
     }
 }

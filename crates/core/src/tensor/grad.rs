@@ -55,6 +55,8 @@ pub struct AutogradUse {
     pub saved: u64,
     /// The most `saved` has been.
     pub saved_peak: u64,
+    /// How many distinct storages `saved` counts (a storage several nodes save counts once).
+    pub saved_storages: usize,
     /// Bytes of the gradients leaves hold.
     pub grads: u64,
 }
@@ -62,7 +64,10 @@ pub struct AutogradUse {
 impl AutogradBytes {
     /// The current figures.
     pub fn snapshot(&self) -> AutogradUse {
+        // Saved bytes change under this lock, so they agree with the count of storages.
+        let held = lock(&self.saved_storages);
         AutogradUse {
+            saved_storages: held.len(),
             saved: self.saved.load(Ordering::Relaxed),
             saved_peak: self.saved_peak.load(Ordering::Relaxed),
             grads: self.grads.load(Ordering::Relaxed),

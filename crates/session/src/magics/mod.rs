@@ -154,9 +154,10 @@ pub const MAGICS: &[Magic] = &[
     },
     Magic {
         name: "events",
-        usage: "%events [kind] [--last N]",
+        usage: "%events [kind] [forward|backward] [--last N]",
         help: "The events of the last cell that published any, as a table, or those of one \
-               kind; --last N shows only the last N of them.",
+               kind; forward or backward picks the ops of that pass (the phase column); \
+               --last N shows only the last N of them.",
         details: Some(views::event_kinds),
         run: Handler::Line(views::events),
         complete: Some(views::event_arguments),
@@ -216,7 +217,9 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: "mem",
         usage: "%mem",
-        help: "HBM in use and peak on each core that holds tensors, and the host memory cap.",
+        help: "HBM in use and peak on each core that holds tensors, and the host memory cap; \
+               then, under its own heading, the activations autograd saved for backward and \
+               the gradients on each core that has held any.",
         details: None,
         run: Handler::Line(views::mem),
         complete: None,

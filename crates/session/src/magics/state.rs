@@ -113,11 +113,15 @@ pub fn reset(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcom
     s.explanations.clear();
     s.runtime.bus().clear();
     for core in s.runtime.topology().cores() {
-        // Every visible core is known to the runtime's memory.
+        // Every visible core is known to the runtime's memory and to autograd.
         let _ = s.runtime.memory().reset_peak(core);
+        if let Ok(autograd) = s.runtime.autograd_bytes(core) {
+            autograd.reset_peak();
+        }
     }
     out(Output::Stdout(format!(
-        "reset: forgot {}, {}, {} and {}; HBM peaks start again from what is in use\n",
+        "reset: forgot {}, {}, {} and {}; HBM and autograd peaks start again from what is in \
+         use\n",
         forgot[0], forgot[1], forgot[2], forgot[3]
     )));
     Outcome::Ok

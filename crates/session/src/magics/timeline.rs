@@ -1,13 +1,15 @@
 //! `%timeline` as text: each core's ops and collectives laid back to back by their modeled
 //! times (as the Chrome trace's device track draws them), one row per core, with a legend
-//! of the ops that take the most time. The layout and the ranking are shared with the SVG
+//! of the ops that take the most time. A core on which backward ran ops gets a second row,
+//! `neuron:N backward`, that holds them at their place on the core's clock, so the passes of
+//! a training step read apart. The layout, the rows and the ranking are shared with the SVG
 //! drawing ([`super::timeline_svg`]).
 
 use std::collections::BTreeMap;
 
 use neuronlab_core::device::CoreId;
 use neuronlab_core::events::fmt::duration;
-use neuronlab_core::events::{Event, EventKind};
+use neuronlab_core::events::{Event, EventKind, Phase};
 
 /// Columns of a row.
 pub const WIDTH: usize = 70;
@@ -24,10 +26,87 @@ pub(super) struct Slice {
     pub(super) start: f64,
     /// When it ends.
     pub(super) end: f64,
+    /// The pass that ran it (collectives count as forward).
+    pub(super) phase: Phase,
 }
 
 /// Each core's slices, by core.
 pub(super) type Lanes = BTreeMap<CoreId, Vec<Slice>>;
+
+/// One row of a drawing: the slices of one phase on one core.
+pub(super) struct Row<'a> {
+    /// `neuron:0`, or `neuron:0 backward`.
+    pub(super) label: String,
+    /// The phase it shows.
+    pub(super) phase: Phase,
+    /// Every slice of its core, of either phase, back to back.
+    pub(super) slices: &'a [Slice],
+}
+
+impl Row<'_> {
+    /// The slice a column from `start` to `end` (seconds) shows: the one at its middle when it
+    /// is of this row's phase, else the row's slice with the most time in the column. So a
+    /// step's backward shorter than a column still marks it, and a column holding both
+    /// phases shows in both rows.
+    pub(super) fn in_column(&self, start: f64, end: f64) -> Option<&Slice> {
+        let middle = (start + end) / 2.0;
+        let i = self.slices.partition_point(|s| s.end <= middle);
+        match self.slices.get(i) {
+            Some(s) if s.phase == self.phase => Some(s),
+            None => None,
+            Some(_) => {
+                let time = |s: &Slice| s.end.min(end) - s.start.max(start);
+                // Slices laid back to back carry rounding: a neighbour's last femtoseconds
+                // in a column are not time in it.
+                let least = (end - start) * 1e-6;
+                let first = self.slices.partition_point(|s| s.end <= start);
+                self.slices[first..]
+                    .iter()
+                    .take_while(|s| s.start < end)
+                    .filter(|s| s.phase == self.phase && time(s) > least)
+                    .max_by(|a, b| time(a).total_cmp(&time(b)))
+            }
+        }
+    }
+
+    /// Its slices, in order.
+    pub(super) fn own(&self) -> impl Iterator<Item = &Slice> {
+        self.slices.iter().filter(|s| s.phase == self.phase)
+    }
+}
+
+/// The suffix of a backward row's label.
+const BACKWARD: &str = " backward";
+
+/// The rows of `cores`, by core: each core's row, then its backward row if backward ran on it.
+pub(super) fn rows(cores: &Lanes) -> Vec<Row<'_>> {
+    let mut rows = Vec::new();
+    for (core, slices) in cores {
+        rows.push(Row {
+            label: core.to_string(),
+            phase: Phase::Forward,
+            slices,
+        });
+        if slices.iter().any(|s| s.phase == Phase::Backward) {
+            rows.push(Row {
+                label: format!("{core}{BACKWARD}"),
+                phase: Phase::Backward,
+                slices,
+            });
+        }
+    }
+    rows
+}
+
+/// What the backward rows are, for the legend; `None` when there are none.
+pub(super) fn backward_note(rows: &[Row]) -> Option<String> {
+    rows.iter().any(|r| r.phase == Phase::Backward).then(|| {
+        format!(
+            "neuron:N{BACKWARD}: the ops backward ran on that core (gradients), at their place \
+             on its clock"
+        )
+    })
+}
 
 /// One name's modeled time, in seconds, and how many slices it has.
 pub(super) struct Ranked<'a> {
@@ -57,14 +136,19 @@ pub fn render(events: &[Event]) -> Option<String> {
         duration(span),
         duration(span / WIDTH as f64)
     );
-    let label_width = cores.keys().map(|c| c.to_string().len()).max().unwrap_or(0);
-    for (core, slices) in &cores {
-        let end = slices.last().map_or(0.0, |s| s.end);
-        let row = row(slices, span, &symbol);
+    let rows = rows(&cores);
+    let label_width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
+    for r in &rows {
+        // A core's row ends where its work ends; a backward row gives backward's total.
+        let time = match r.phase {
+            Phase::Forward => r.slices.last().map_or(0.0, |s| s.end),
+            Phase::Backward => r.own().map(|s| s.end - s.start).sum(),
+        };
         text.push_str(&format!(
-            "{:<label_width$} |{row}| {}\n",
-            core.to_string(),
-            duration(end)
+            "{:<label_width$} |{}| {}\n",
+            r.label,
+            row(r, span, &symbol),
+            duration(time)
         ));
     }
     let all: f64 = ranked.iter().map(|r| r.time).sum();
@@ -85,6 +169,11 @@ pub fn render(events: &[Event]) -> Option<String> {
             rest.len(),
             duration(time),
             100.0 * time / all
+        ));
+    }
+    if let Some(note) = backward_note(&rows) {
+        text.push_str(&format!(
+            "  {note}; the time after the row is their total\n"
         ));
     }
     Some(text.trim_end().to_string())
@@ -119,9 +208,13 @@ pub(super) fn rank(cores: &Lanes) -> Vec<Ranked<'_>> {
 pub(super) fn lay_out(events: &[Event]) -> Lanes {
     let mut cores: Lanes = BTreeMap::new();
     for event in events {
-        let (name, seconds) = match &event.kind {
-            EventKind::Op(op) if op.modeled.total_s > 0.0 => (&*op.name, op.modeled.total_s),
-            EventKind::Collective(c) if c.modeled_us > 0.0 => (c.op.as_str(), c.modeled_us * 1e-6),
+        let (name, seconds, phase) = match &event.kind {
+            EventKind::Op(op) if op.modeled.total_s > 0.0 => {
+                (&*op.name, op.modeled.total_s, op.phase)
+            }
+            EventKind::Collective(c) if c.modeled_us > 0.0 => {
+                (c.op.as_str(), c.modeled_us * 1e-6, Phase::Forward)
+            }
             _ => continue,
         };
         let slices = cores.entry(event.core).or_default();
@@ -130,24 +223,27 @@ pub(super) fn lay_out(events: &[Event]) -> Lanes {
             name: name.to_string(),
             start,
             end: start + seconds,
+            phase,
         });
     }
     cores
 }
 
-/// One core's row: each column shows the slice at its middle; a core whose work is too short
-/// for a column still shows its first op.
-fn row(slices: &[Slice], span: f64, symbol: &dyn Fn(&str) -> char) -> String {
+/// One row's columns, each showing [`Row::in_column`]; a row whose ops are all too short for
+/// a column still shows its first, where it starts.
+fn row(r: &Row, span: f64, symbol: &dyn Fn(&str) -> char) -> String {
+    let width = span / WIDTH as f64;
     let mut row: Vec<char> = (0..WIDTH)
         .map(|col| {
-            let t = (col as f64 + 0.5) * span / WIDTH as f64;
-            let i = slices.partition_point(|s| s.end <= t);
-            slices.get(i).map_or(' ', |s| symbol(&s.name))
+            let start = col as f64 * width;
+            r.in_column(start, start + width)
+                .map_or(' ', |s| symbol(&s.name))
         })
         .collect();
-    if row[0] == ' ' {
-        if let Some(first) = slices.first() {
-            row[0] = symbol(&first.name);
+    if row.iter().all(|&c| c == ' ') {
+        if let Some(first) = r.own().next() {
+            let col = ((first.start / span * WIDTH as f64) as usize).min(WIDTH - 1);
+            row[col] = symbol(&first.name);
         }
     }
     row.into_iter().collect()
@@ -179,9 +275,18 @@ pub(super) mod tests {
                     total_s: us * 1e-6,
                     bound: Bound::Compute,
                 },
-                phase: Default::default(),
+                phase: Phase::Forward,
             }),
         }
+    }
+
+    /// An op that backward ran, of `us` modeled microseconds on `core`.
+    pub(in crate::magics) fn backward(core: u32, name: &str, us: f64) -> Event {
+        let mut event = op(core, name, us);
+        if let EventKind::Op(o) = &mut event.kind {
+            o.phase = Phase::Backward;
+        }
+        event
     }
 
     #[test]
@@ -235,5 +340,68 @@ pub(super) mod tests {
         );
         let row1 = text.lines().nth(2).unwrap();
         assert!(row1.starts_with("neuron:1 |.  "), "{text}");
+    }
+
+    #[test]
+    fn backward_ops_get_a_row_of_their_own_under_their_core() {
+        let events = vec![
+            op(0, "matmul", 30.0),
+            op(0, "add", 10.0),
+            backward(0, "matmul", 20.0),
+            backward(0, "mul", 10.0),
+            op(1, "add", 5.0),
+        ];
+        let text = render(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!(
+                "neuron:0          |{}{}{}| 70.0 µs",
+                "A".repeat(30),
+                "B".repeat(10),
+                " ".repeat(30)
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2],
+            format!(
+                "neuron:0 backward |{}{}{}| 30.0 µs",
+                " ".repeat(40),
+                "A".repeat(20),
+                "C".repeat(10)
+            ),
+            "{text}"
+        );
+        // A core on which backward ran nothing has one row.
+        assert!(lines[3].starts_with("neuron:1          |BBBBB "), "{text}");
+        assert!(!text.contains("neuron:1 backward"), "{text}");
+        assert_eq!(lines[4], "  A matmul: 2 × 50.0 µs total, 67%");
+        assert_eq!(
+            lines.last().unwrap(),
+            &"  neuron:N backward: the ops backward ran on that core (gradients), at their \
+              place on its clock; the time after the row is their total"
+        );
+        // Without backward ops there is no such line.
+        assert!(!render(&events[..2]).unwrap().contains("backward"));
+    }
+
+    #[test]
+    fn a_backward_shorter_than_a_column_still_marks_its_columns() {
+        // Ten steps of 7 columns: 66 µs forward, then 4 µs of backward inside the 7th column.
+        let events: Vec<Event> = (0..10)
+            .flat_map(|_| [op(0, "a", 66.0), backward(0, "b", 4.0)])
+            .collect();
+        let text = render(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!("neuron:0          |{}| 700 µs", "A".repeat(70))
+        );
+        assert_eq!(
+            lines[2],
+            format!("neuron:0 backward |{}| 40.0 µs", "      B".repeat(10)),
+            "{text}"
+        );
     }
 }

@@ -1,14 +1,17 @@
 //! `%timeline` as SVG, drawn with plotters' SVG backend: one lane per core (the lowest core on
 //! top), a bar per op or collective laid back to back by its modeled time (the layout of the
 //! text timeline), an x axis of modeled device time in µs with ticks, the cores on the y
-//! axis, and a legend of the ops with the most time, coloured as their bars.
+//! axis, and a legend of the ops with the most time, coloured as their bars. A core on which
+//! backward ran ops gets a second lane, `neuron:N backward`, under its own, as the text
+//! timeline's rows; a line under the legend says what it holds.
 //!
 //! plotters is built without fonts (no `ttf`, `ab_glyph` or bitmap features): its SVG backend
 //! writes text as `<text>` elements for the viewer to render, and lays labels out with a
 //! rough estimate of their width, so no system font is needed.
 //!
 //! A lane with more than [`MAX_BARS`] slices is drawn at the plot's resolution instead: each
-//! of [`SAMPLES`] columns takes the colour of the slice at its middle, and runs of one colour
+//! of [`SAMPLES`] columns takes the colour of the slice at its middle (or, in a lane of one
+//! phase, of the lane's slice with the most time in the column), and runs of one colour
 //! become one bar, so a long loop gives a bounded drawing.
 
 use std::ops::Range;
@@ -16,7 +19,7 @@ use std::ops::Range;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::prelude::*;
 
-use super::timeline::{lay_out, rank, span, Ranked, Slice, OTHER, SYMBOLS};
+use super::timeline::{backward_note, lay_out, rank, rows, span, Ranked, Row, OTHER, SYMBOLS};
 use neuronlab_core::events::fmt::duration;
 use neuronlab_core::events::Event;
 use neuronlab_plot::svg::{FONT, PALETTE};
@@ -55,13 +58,20 @@ pub fn render(events: &[Event]) -> Option<String> {
             .unwrap_or(OTHER_COLOR)
     };
     let legend = legend(&ranked);
-    let lanes = cores.len();
+    let rows = rows(&cores);
+    let note = backward_note(&rows);
+    let lanes = rows.len();
     let lane_px = (360 / lanes as u32).clamp(14, 36);
     let chart_height = 40 + lanes as u32 * lane_px + 56;
-    let legend_rows = legend.len().div_ceil(LEGEND_COLUMNS) as u32;
+    let legend_rows = legend.len().div_ceil(LEGEND_COLUMNS) as u32 + u32::from(note.is_some());
     let height = chart_height + legend_rows * LEGEND_ROW + 12;
 
-    let labels: Vec<String> = cores.keys().map(ToString::to_string).collect();
+    let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
+    // Room for the longest label at about 7 px a character (the SVG's text has no metrics).
+    let label_px = labels
+        .iter()
+        .map(|l| l.chars().count() as u32 * 7 + 32)
+        .max();
     let n = lanes as f64;
     // Lane `k` (from the top) spans y in [n - 1 - k, n - k]; its label sits at the middle.
     let label_of = |y: &f64| {
@@ -89,7 +99,7 @@ pub fn render(events: &[Event]) -> Option<String> {
             .margin(10)
             .margin_right(24)
             .x_label_area_size(44)
-            .y_label_area_size(88)
+            .y_label_area_size(label_px.unwrap_or(0).max(88))
             .build_cartesian_2d(0.0..span_us, LaneAxis(lanes))
             .ok()?;
         chart
@@ -105,9 +115,9 @@ pub fn render(events: &[Event]) -> Option<String> {
             .axis_desc_style((FONT, 13))
             .draw()
             .ok()?;
-        for (k, slices) in cores.values().enumerate() {
+        for (k, row) in rows.iter().enumerate() {
             let (y0, y1) = (n - k as f64 - 1.0, n - k as f64);
-            let bars = bars(slices, span_s, &colour).into_iter().map(|(s, e, c)| {
+            let bars = bars(row, span_s, &colour).into_iter().map(|(s, e, c)| {
                 let mut bar = Rectangle::new([(s * 1e6, y0), (e * 1e6, y1)], c.filled());
                 bar.set_margin(3, 3, 0, 0);
                 bar
@@ -123,6 +133,10 @@ pub fn render(events: &[Event]) -> Option<String> {
             bottom
                 .draw(&Text::new(text.clone(), (x + 18, y), (FONT, 13)))
                 .ok()?;
+        }
+        if let Some(note) = note {
+            let y = 4 + (legend_rows - 1) as i32 * LEGEND_ROW as i32;
+            bottom.draw(&Text::new(note, (20, y), (FONT, 13))).ok()?;
         }
         root.present().ok()?;
     }
@@ -153,29 +167,29 @@ impl Ranged for LaneAxis {
 
 /// The bars of one lane: `(start, end, colour)` in seconds, one per slice, or sampled runs
 /// for a lane of more than [`MAX_BARS`] slices.
-fn bars(
-    slices: &[Slice],
-    span: f64,
-    colour: &dyn Fn(&str) -> RGBColor,
-) -> Vec<(f64, f64, RGBColor)> {
-    if slices.len() <= MAX_BARS {
-        return slices
-            .iter()
+fn bars(row: &Row, span: f64, colour: &dyn Fn(&str) -> RGBColor) -> Vec<(f64, f64, RGBColor)> {
+    if row.own().count() <= MAX_BARS {
+        return row
+            .own()
             .map(|s| (s.start, s.end, colour(&s.name)))
             .collect();
     }
     let width = span / SAMPLES as f64;
     let mut runs: Vec<(f64, f64, RGBColor)> = Vec::new();
+    // Whether the previous column had a bar: a column of the other phase ends a run.
+    let mut open = false;
     for col in 0..SAMPLES {
-        let t = (col as f64 + 0.5) * width;
-        let i = slices.partition_point(|s| s.end <= t);
-        let Some(slice) = slices.get(i) else { break };
-        let c = colour(&slice.name);
         let (start, end) = (col as f64 * width, (col + 1) as f64 * width);
+        let Some(slice) = row.in_column(start, end) else {
+            open = false;
+            continue;
+        };
+        let c = colour(&slice.name);
         match runs.last_mut() {
-            Some(run) if run.2 == c => run.1 = end,
+            Some(run) if open && run.2 == c => run.1 = end,
             _ => runs.push((start, end, c)),
         }
+        open = true;
     }
     runs
 }
@@ -215,7 +229,7 @@ fn legend(ranked: &[Ranked]) -> Vec<(RGBColor, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::magics::timeline::tests::op;
+    use crate::magics::timeline::tests::{backward, op};
     use neuronlab_core::device::CoreId;
     use neuronlab_core::events::{CollectiveEvent, EventKind};
 
@@ -323,5 +337,50 @@ mod tests {
         assert_eq!(tick(2.5), "2.5");
         assert_eq!(tick(0.125), "0.125");
         assert_eq!(tick(1200.0), "1200");
+    }
+
+    #[test]
+    fn backward_ops_have_their_own_lane_and_a_note() {
+        let events = vec![
+            op(0, "matmul", 30.0),
+            backward(0, "matmul", 20.0),
+            backward(0, "mul", 10.0),
+            op(1, "add", 5.0),
+        ];
+        let svg = render(&events).unwrap();
+        let mut placed = check_svg(&svg);
+        placed.sort();
+        let texts: Vec<String> = placed.into_iter().map(|(_, t)| t).collect();
+        let lanes: Vec<&String> = texts.iter().filter(|t| t.starts_with("neuron:")).collect();
+        assert_eq!(
+            lanes,
+            [
+                "neuron:0",
+                "neuron:0 backward",
+                "neuron:1",
+                "neuron:N backward: the ops backward ran on that core (gradients), at their \
+                 place on its clock"
+            ],
+            "{texts:?}"
+        );
+        // Each op's bar is drawn once, in its lane: matmul's two, in the legend's colour.
+        let matmul = format!("fill=\"#{:02X}{:02X}{:02X}\"", 78, 121, 167);
+        assert_eq!(svg.matches(&matmul).count(), 2 + 1, "{svg}");
+
+        // A busy lane is sampled per phase: a backward run never paints the forward lane.
+        let busy: Vec<Event> = (0..2 * (MAX_BARS + 1))
+            .map(|i| match i <= MAX_BARS {
+                true => op(0, "a", 1.0),
+                false => backward(0, "b", 1.0),
+            })
+            .collect();
+        let svg = render(&busy).unwrap();
+        check_svg(&svg);
+        let b = format!(
+            "fill=\"#{:02X}{:02X}{:02X}\"",
+            PALETTE[1].0, PALETTE[1].1, PALETTE[1].2
+        );
+        // One sampled run for each op's lane, and the legend's swatch.
+        assert_eq!(svg.matches(&b).count(), 1 + 1, "{svg}");
     }
 }

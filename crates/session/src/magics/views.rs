@@ -4,12 +4,13 @@
 
 use std::path::Path;
 
+use super::super::display::escape;
 use super::super::{fail, CellError, CellEvents, MimeBundle, Outcome, Output, Session};
 use super::table::{count, Table};
 use super::{timeline as drawing, timeline_svg, usage_error, Argument, MAGICS};
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
 use neuronlab_core::events::{
-    save_chrome_trace, Event, EventKind, EventTag, LimitAction, TensorSig,
+    save_chrome_trace, Event, EventKind, EventTag, LimitAction, Phase, TensorSig,
 };
 use neuronlab_core::ops::Registry;
 use neuronlab_sandbox::var_store::Var;
@@ -19,20 +20,45 @@ fn event_kind_names() -> Vec<&'static str> {
     EventTag::ALL.iter().map(|t| t.name()).collect()
 }
 
-/// `%help events`: the kinds and what each records.
+/// The passes an op can belong to, with what `%events` says of each.
+const PHASES: [(Phase, &str); 2] = [
+    (
+        Phase::Forward,
+        "ops outside backward (the forward pass, optimizer steps)",
+    ),
+    (
+        Phase::Backward,
+        "ops that backward ran to compute gradients",
+    ),
+];
+
+/// `%help events`: the kinds and what each records, and the phases of ops.
 pub(super) fn event_kinds() -> String {
     let kinds: Vec<String> = EventTag::ALL
         .iter()
         .map(|t| format!("  {:<16} {}", t.name(), t.about()))
         .collect();
-    format!("kinds:\n{}", kinds.join("\n"))
+    let phases: Vec<String> = PHASES
+        .iter()
+        .map(|(p, about)| format!("  {:<16} {about}", p.name()))
+        .collect();
+    format!(
+        "kinds:\n{}\nphases (of op events):\n{}",
+        kinds.join("\n"),
+        phases.join("\n")
+    )
 }
 
-/// `%events`' arguments: a kind, or `--last`.
+/// `%events`' arguments: a kind, a phase, or `--last`.
 pub(super) fn event_arguments(_: &Session, _: usize) -> Vec<Argument> {
     EventTag::ALL
         .iter()
         .map(|t| Argument::new(t.name(), t.about()))
+        .chain(
+            PHASES
+                .iter()
+                .map(|(p, about)| Argument::new(p.name(), *about)),
+        )
         .chain([Argument::new("--last", "the last N events")])
         .collect()
 }
@@ -78,7 +104,6 @@ pub(super) fn trace_arguments(_: &Session, position: usize) -> Vec<Argument> {
     }
 }
 
-/// `%events [kind] [--last N]`: the last cell's events as a table.
 /// `%doc NAME`: what inspecting `NAME` shows (an op, a variable, a magic), as a page.
 pub fn doc(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     let name = args.trim();
@@ -103,9 +128,10 @@ pub fn doc(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome 
     }
 }
 
-/// `%events [KIND] [--last N]`: the events of the last cell, or the last N, as a table.
+/// `%events [KIND] [forward|backward] [--last N]`: the events of the last cell, or the last
+/// N, as a table.
 pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
-    let (kind, last) = match event_filter(args) {
+    let EventFilter { kind, phase, last } = match event_filter(args) {
         Ok(filter) => filter,
         Err(problem) => return usage_error(out, "events", &problem),
     };
@@ -119,11 +145,18 @@ pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
     let mut chosen: Vec<&Event> = cell
         .iter()
         .filter(|e| kind.is_none_or(|k| e.kind.tag() == k))
+        .filter(|e| phase.is_none_or(|p| matches!(&e.kind, EventKind::Op(op) if op.phase == p)))
         .collect();
+    // What was asked for, as a noun: `event`, or `backward op`.
+    let noun = phase.map_or("event".to_string(), |p| format!("{} op", p.name()));
     if chosen.is_empty() {
-        let k = kind.expect("a cell with events has events of no kind only when one is asked");
+        // A filter was given: without one, a cell that published events has some to show.
+        let asked = match (kind, phase) {
+            (Some(k), None) => format!("{k} event"),
+            _ => noun,
+        };
         out(Output::Stdout(format!(
-            "cell [{}], the last that published events, published no {k} events; it published {}\n",
+            "cell [{}], the last that published events, published no {asked}s; it published {}\n",
             which.cell,
             kind_counts(&cell)
         )));
@@ -131,17 +164,22 @@ pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
     }
     let total = chosen.len();
     chosen.drain(..total.saturating_sub(last.unwrap_or(total)));
-    let mut table = Table::new(&["seq", "kind", "core", "name", "host", "modeled", "details"])
-        .right(&[0, 4, 5]);
+    let mut table = Table::new(&[
+        "seq", "kind", "phase", "core", "name", "host", "modeled", "details",
+    ])
+    .right(&[0, 5, 6]);
     for e in &chosen {
         table.push(event_row(e));
     }
-    let of_kind = kind.map_or(String::new(), |k| format!(" of kind {k}"));
+    let of_kind = match (kind, phase) {
+        (Some(k), None) => format!(" of kind {k}"),
+        _ => String::new(),
+    };
     let cell_no = which.cell;
     let note = match chosen.len() == total {
-        true => format!("{}{of_kind} in cell [{cell_no}]", count(total, "event")),
+        true => format!("{}{of_kind} in cell [{cell_no}]", count(total, &noun)),
         false => format!(
-            "the last {} of {total} events{of_kind} in cell [{cell_no}]",
+            "the last {} of {total} {noun}s{of_kind} in cell [{cell_no}]",
             chosen.len()
         ),
     };
@@ -149,9 +187,19 @@ pub fn events(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outco
     Outcome::Ok
 }
 
-/// The kind and `--last N` of `%events` arguments, or what is wrong with them.
-fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), String> {
-    let (mut kind, mut last) = (None, None);
+/// What `%events` shows of the cell's events.
+struct EventFilter {
+    /// Only events of this kind.
+    kind: Option<&'static str>,
+    /// Only ops of this phase.
+    phase: Option<Phase>,
+    /// Only the last this many.
+    last: Option<usize>,
+}
+
+/// The kind, phase and `--last N` of `%events` arguments, or what is wrong with them.
+fn event_filter(args: &str) -> Result<EventFilter, String> {
+    let (mut kind, mut phase, mut last) = (None, None, None);
     let mut words = args.split_whitespace();
     while let Some(word) = words.next() {
         if let Some(rest) = word.strip_prefix("--last") {
@@ -166,6 +214,11 @@ fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), Str
             }
         } else if word.starts_with('-') {
             return Err(format!("unknown option {word}; the option is --last N"));
+        } else if let Some((p, _)) = PHASES.iter().find(|(p, _)| p.name() == word) {
+            if phase.is_some() {
+                return Err(format!("give one phase, not also '{word}'"));
+            }
+            phase = Some(*p);
         } else if kind.is_some() {
             return Err(format!("give one event kind, not also '{word}'"));
         } else {
@@ -182,7 +235,15 @@ fn event_filter(args: &str) -> Result<(Option<&'static str>, Option<usize>), Str
             kind = Some(k);
         }
     }
-    Ok((kind, last))
+    if let (Some(k), Some(p)) = (kind, phase) {
+        if k != EventTag::Op.name() {
+            return Err(format!(
+                "only op events have a phase: '{k}' events are never {}",
+                p.name()
+            ));
+        }
+    }
+    Ok(EventFilter { kind, phase, last })
 }
 
 /// The events of the last cell, oldest first.
@@ -202,13 +263,21 @@ fn last_cell_with_events(s: &Session, device_work: bool) -> Option<CellEvents> {
         .copied()
 }
 
-/// How many events of each kind: `3 op, 6 memory`.
+/// How many events of each kind, and how many ops ran in backward: `3 op (1 backward),
+/// 6 memory`.
 fn kind_counts(events: &[Event]) -> String {
+    let backward = events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Op(op) if op.phase == Phase::Backward))
+        .count();
     event_kind_names()
         .into_iter()
         .filter_map(
             |k| match events.iter().filter(|e| e.kind.tag() == k).count() {
                 0 => None,
+                n if k == EventTag::Op.name() && backward > 0 => {
+                    Some(format!("{n} {k} ({backward} backward)"))
+                }
                 n => Some(format!("{n} {k}")),
             },
         )
@@ -216,7 +285,7 @@ fn kind_counts(events: &[Event]) -> String {
         .join(", ")
 }
 
-/// `seq, kind, core, name, host, modeled, details` of one event.
+/// `seq, kind, phase, core, name, host, modeled, details` of one event.
 // One arm per event kind: the columns of %events read in one place.
 fn event_row(e: &Event) -> Vec<String> {
     let host = e.kind.host_us().map_or(String::new(), duration_us);
@@ -303,9 +372,14 @@ fn event_row(e: &Event) -> Vec<String> {
             message,
         } => (target.clone(), String::new(), format!("{level}: {message}")),
     };
+    let phase = match &e.kind {
+        EventKind::Op(op) => op.phase.name(),
+        _ => "",
+    };
     vec![
         e.seq.to_string(),
         e.kind.tag().to_string(),
+        phase.to_string(),
         e.core.to_string(),
         name,
         host,
@@ -459,7 +533,8 @@ fn shorten(text: &str) -> String {
     }
 }
 
-/// `%mem`: HBM use of each core that has any, and the host memory cap.
+/// `%mem`: HBM use of each core that has any, the host memory cap, and under a heading of its
+/// own what autograd holds on each core that has held any.
 pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
     if !args.is_empty() {
         return usage_error(out, "mem", "takes no arguments");
@@ -495,10 +570,52 @@ pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome 
         out(Output::Stdout(format!(
             "no core has held a tensor yet\n{host}\n"
         )));
-    } else {
-        out(Output::Display(table.bundle(&host)));
+        return Outcome::Ok;
     }
+    let mut bundle = table.bundle(&host);
+    if let Some(autograd) = autograd_table(s) {
+        let text = format!(
+            "{}\n\n{AUTOGRAD_HEADING}\n{}",
+            bundle.plain(),
+            autograd.text()
+        );
+        let html = format!(
+            "{}\n<p><b>{}</b></p>\n{}",
+            bundle.get("text/html").unwrap_or_default(),
+            escape(AUTOGRAD_HEADING),
+            autograd.html()
+        );
+        bundle = MimeBundle::text(text).with("text/html", html);
+    }
+    out(Output::Display(bundle));
     Outcome::Ok
+}
+
+/// The heading of `%mem`'s autograd table.
+const AUTOGRAD_HEADING: &str =
+    "autograd (part of the HBM in use): activations saved for backward, gradients of leaves";
+
+/// What autograd holds on each core that has held anything (a saved peak counts), or `None`
+/// when none has: a session that trains nothing shows no empty heading.
+fn autograd_table(s: &Session) -> Option<Table> {
+    let mut table = Table::new(&["core", "saved", "saved peak", "saved tensors", "gradients"])
+        .right(&[1, 2, 3, 4]);
+    for core in s.runtime.topology().cores() {
+        let Ok(used) = s.runtime.autograd_use(core) else {
+            continue;
+        };
+        if used.saved_peak == 0 && used.grads == 0 {
+            continue;
+        }
+        table.push(vec![
+            core.to_string(),
+            bytes(used.saved),
+            bytes(used.saved_peak),
+            used.saved_storages.to_string(),
+            bytes(used.grads),
+        ]);
+    }
+    (!table.is_empty()).then_some(table)
 }
 
 /// `%timeline [N | all]`: the modeled device timeline of the last cell that did device work,
