@@ -151,3 +151,12 @@ def test_05_training_shows_the_backward_pass():
     assert re.search(r"^neuron:0\s+0 B\s+\S+ \S*B\s+0\s+196 B$", autograd, re.M), mem
     [html] = [o.data["text/html"] for o in cells[4].outputs if "text/html" in o.get("data", {})]
     assert html.count("<table>") == 2 and "<b>autograd" in html, html
+
+    # The compiled step: one compile, the eager losses bit for bit, the joint graph's parts.
+    compiled = text(cells[5])
+    compiled_steps = re.findall(r"^step (\d+) loss (\S+)$", compiled, re.M)
+    assert compiled_steps == steps, compiled
+    assert "train_step: 20 calls, 1 compile(s), 19 cache hits" in compiled, compiled
+    assert re.search(r"parts: forward \d+ ops, backward \d+ ops, update \d+ ops", compiled), compiled
+    # Its program's backward kernels run as backward: they have the timeline's backward row.
+    assert_timeline_svg(cells[6], "neuron:0 backward")
