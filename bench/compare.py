@@ -34,7 +34,7 @@ as ours replaces them. "backward memory / saved" is our side's: the most bytes b
 allocated beyond what was held when it began (its temporaries and the gradients it made),
 over the bytes autograd saved for it (counted by storage, so x and the weights the matmuls
 keep are in it), from the case's last step.
-JAX's times on some rows are bimodal on this machine (its fused softmax and layer_norm take
+JAX's times on some rows have been bimodal on this VM (its fused softmax and layer_norm took
 about 0.7 ms in some runs and about 4.5 ms in others): the jax range column shows its fastest
 and slowest round, a row whose range is wider than FAST_MODE is listed under the table with
 its fast-mode ratio (over the rounds within FAST_MODE of JAX's fastest), and targets against
