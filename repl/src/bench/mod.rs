@@ -3,8 +3,8 @@
 //! `--json` the results are one JSON document on stdout, which `bench/compare.py` reads.
 //!
 //! The suite: `kernels` (matmul, elementwise, casts, reductions and norms), `compile` (eager
-//! vs compiled, host compile time, the compiled-function cache hit) and the dispatch and
-//! module-load cases here. The `collectives` and `session` tables are slower and print their
+//! vs compiled, host compile time, the compiled-function cache hit), `train` (an MLP training
+//! step) and the dispatch and module-load cases here. The `collectives` and `session` tables are slower and print their
 //! own layout, so they run only when `--filter` names them, and never with `--json`.
 
 use std::sync::Arc;
@@ -23,6 +23,7 @@ mod collectives;
 mod compile;
 mod ops;
 mod session;
+mod train;
 
 /// About how long the timed runs of one case take together: the repetition count is this
 /// divided by the warm-up run's time, within [`MIN_REPS`, `MAX_REPS`].
@@ -57,6 +58,8 @@ pub struct Sample {
     work: Work,
     /// What the measurement found out along the way (a compiled program's kernel count).
     note: Option<String>,
+    /// Figures for the JSON document beside the time (bytes a step held), by name.
+    figures: Vec<(&'static str, u64)>,
 }
 
 impl Sample {
@@ -67,6 +70,7 @@ impl Sample {
             calls_per_rep: 1,
             work,
             note: None,
+            figures: Vec::new(),
         }
     }
 
@@ -81,6 +85,11 @@ impl Sample {
 
     fn with_note(mut self, note: impl Into<String>) -> Sample {
         self.note = Some(note.into());
+        self
+    }
+
+    fn with_figure(mut self, name: &'static str, value: u64) -> Sample {
+        self.figures.push((name, value));
         self
     }
 
@@ -108,8 +117,8 @@ pub struct Case {
     id: String,
     /// What is measured, for people: op, shapes, dtype.
     description: String,
-    /// The issue section it belongs to: matmul, elementwise, reduction, compile, dispatch,
-    /// or extra (figures beyond the issue's list).
+    /// The issue section it belongs to: matmul, elementwise, reduction, compile, train,
+    /// dispatch, or extra (figures beyond the issue's list).
     group: &'static str,
     measure: Measure,
 }
@@ -283,6 +292,7 @@ fn suite() -> Vec<Case> {
     let mut cases = ops::cases();
     cases.extend(compile::cases());
     cases.push(by_hand::case());
+    cases.extend(train::cases());
     cases.push(Case::new(
         "dispatch_guest_tiny_op",
         format!(
@@ -364,6 +374,9 @@ impl Measured {
         }
         if let Some(note) = &s.note {
             fields.insert("note".into(), note.as_str().into());
+        }
+        for &(name, value) in &s.figures {
+            fields.insert(name.into(), value.into());
         }
         v
     }
