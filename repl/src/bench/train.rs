@@ -1,8 +1,11 @@
-//! One training step of a two-layer MLP, eager: x f32[4096, 1024] -> matmul + bias -> gelu
-//! (tanh) -> matmul + bias -> [4096, 1024], the mean squared error against a target,
-//! `autograd::backward`, and torch's AdamW written as registry ops under `no_grad`, its moments
-//! kept from step to step and the gradients cleared after each update. bench/compare.py times
-//! `jax.jit` of the same step beside it.
+//! One training step of a two-layer MLP: x f32[4096, 1024] -> matmul + bias -> gelu (tanh) ->
+//! matmul + bias -> [4096, 1024], the mean squared error against a target, backward, and
+//! torch's AdamW. Eager: `autograd::backward`, and AdamW written as registry ops under
+//! `no_grad`, its moments kept from step to step and the gradients cleared after each update.
+//! Compiled: the same step as one joint graph (forward, the backward `compile::autodiff`
+//! appends, the update), optimized once and run per step on the current parameters and moments,
+//! as a compiled training step of a guest runs. bench/compare.py times `jax.jit` of the same
+//! step beside both.
 //!
 //! The case also reports, from its last step, the bytes autograd saved for backward (at their
 //! peak, when forward ends) and the most bytes backward allocated beyond what was held when it
@@ -11,8 +14,12 @@
 
 use std::sync::Arc;
 
+use neuronlab_compile::autodiff::{saved_for_backward, Tape};
+use neuronlab_compile::program::optimize;
+use neuronlab_compile::{Graph, Part, ValueId};
 use neuronlab_core::autograd::{backward, no_grad, replace_data, requires_grad, set_grad};
-use neuronlab_core::ops::Attrs;
+use neuronlab_core::device::topology::CoreId;
+use neuronlab_core::ops::{Attrs, Registry};
 use neuronlab_core::{Runtime, Tensor};
 
 use super::{measure, Case, Sample, Work};
@@ -251,6 +258,174 @@ fn train_step_eager(rt: &Arc<Runtime>) -> Result<Sample, String> {
         .with_figure("grad_bytes", memory.grads))
 }
 
+/// A graph being traced with its tape, as a compiled function's trace keeps them.
+struct Joint {
+    g: Graph,
+    tape: Tape,
+}
+
+impl Joint {
+    fn input(&mut self, t: &Tensor, requires_grad: bool) -> ValueId {
+        let v = self.g.input(t.meta());
+        if requires_grad {
+            self.tape.require(v);
+        }
+        v
+    }
+
+    fn op(&mut self, name: &str, inputs: &[ValueId], attrs: Attrs) -> Result<ValueId, String> {
+        let id = Registry::global().id(name).ok_or(format!("no op {name}"))?;
+        let out = self.g.op(id, inputs, &attrs).map_err(text)?[0];
+        let n = self.g.nodes.len() - 1;
+        self.tape.record(&self.g, n, true).map_err(text)?;
+        Ok(out)
+    }
+
+    fn binary(&mut self, name: &str, a: ValueId, b: ValueId) -> Result<ValueId, String> {
+        self.op(name, &[a, b], Attrs::new())
+    }
+
+    fn scalar(&mut self, value: f64) -> Result<ValueId, String> {
+        let attrs = Attrs::new()
+            .with("shape", Vec::<i64>::new())
+            .with("value", value);
+        self.op("full", &[], attrs)
+    }
+}
+
+/// The step as one graph. Inputs: x, y, the four parameters, their first and second moments,
+/// then the step size and 1/sqrt(bias2) (the step-dependent numbers, f32 0-d). Outputs: the
+/// loss, the new parameters, the new first moments, the new second moments.
+fn joint_step(
+    mlp: &Mlp,
+    moments: &[(Tensor, Tensor)],
+    scalars: &[Tensor],
+) -> Result<Graph, String> {
+    let mut j = Joint {
+        g: Graph::new(),
+        tape: Tape::new(),
+    };
+    let x = j.input(&mlp.x, false);
+    let y = j.input(&mlp.y, false);
+    let params: Vec<ValueId> = mlp.params.iter().map(|p| j.input(p, true)).collect();
+    let ms: Vec<ValueId> = moments.iter().map(|(m, _)| j.input(m, false)).collect();
+    let vs: Vec<ValueId> = moments.iter().map(|(_, v)| j.input(v, false)).collect();
+    let step_size = j.input(&scalars[0], false);
+    let inv_bias2_sqrt = j.input(&scalars[1], false);
+    let (w1, b1, w2, b2) = (params[0], params[1], params[2], params[3]);
+    let h = j.binary("matmul", x, w1)?;
+    let h = j.binary("add", h, b1)?;
+    let h = j.op("gelu", &[h], Attrs::new().with("approximate", "tanh"))?;
+    let pred = j.binary("matmul", h, w2)?;
+    let pred = j.binary("add", pred, b2)?;
+    let err = j.binary("sub", pred, y)?;
+    let squared = j.op("square", &[err], Attrs::new())?;
+    let loss = j.op("mean", &[squared], Attrs::new())?;
+    let grads = j
+        .tape
+        .backward(&mut j.g, &[loss], &[None], &params, false)
+        .map_err(text)?;
+    j.g.set_part(Part::Update);
+    let (b1_, b2_) = BETAS;
+    let decay = j.scalar(1.0 - LR * WEIGHT_DECAY)?;
+    let one_minus_b1 = j.scalar(1.0 - b1_)?;
+    let b2_t = j.scalar(b2_)?;
+    let one_minus_b2 = j.scalar(1.0 - b2_)?;
+    let eps = j.scalar(EPS)?;
+    let mut outputs = vec![loss];
+    let (mut new_m, mut new_v) = (Vec::new(), Vec::new());
+    for (k, g) in grads.into_iter().enumerate() {
+        let g = g.ok_or("a parameter has no gradient")?;
+        let decayed = j.binary("mul", params[k], decay)?;
+        let diff = j.binary("sub", g, ms[k])?;
+        let scaled = j.binary("mul", diff, one_minus_b1)?;
+        let m = j.binary("add", ms[k], scaled)?;
+        let g2 = j.binary("mul", g, g)?;
+        let v_old = j.binary("mul", vs[k], b2_t)?;
+        let g2 = j.binary("mul", g2, one_minus_b2)?;
+        let v = j.binary("add", v_old, g2)?;
+        let root = j.op("sqrt", &[v], Attrs::new())?;
+        let root = j.binary("mul", root, inv_bias2_sqrt)?;
+        let denom = j.binary("add", root, eps)?;
+        let num = j.binary("mul", m, step_size)?;
+        let update = j.binary("div", num, denom)?;
+        outputs.push(j.binary("sub", decayed, update)?);
+        new_m.push(m);
+        new_v.push(v);
+    }
+    outputs.extend(new_m);
+    outputs.extend(new_v);
+    j.g.set_outputs(outputs);
+    Ok(j.g)
+}
+
+fn train_step_compiled(rt: &Arc<Runtime>) -> Result<Sample, String> {
+    let mut mlp = Mlp::new(rt, DIMS)?;
+    let opt = AdamW::new(rt, &mlp.params)?;
+    let mut moments = opt.moments;
+    let mut steps = 0;
+    let step_scalars = |steps: i32| -> Result<Vec<Tensor>, String> {
+        let (b1, b2) = BETAS;
+        let bias1 = 1.0 - b1.powi(steps);
+        let bias2_sqrt = (1.0 - b2.powi(steps)).sqrt();
+        Ok(vec![scalar(rt, LR / bias1)?, scalar(rt, 1.0 / bias2_sqrt)?])
+    };
+    let graph = joint_step(&mlp, &moments, &step_scalars(1)?)?;
+    let saved: u64 = saved_for_backward(&graph)
+        .iter()
+        .map(|&v| graph.meta(v).nbytes() as u64)
+        .sum();
+    let (program, report) = optimize(rt, &graph).map_err(text)?;
+    let mut last: Result<(), String> = Ok(());
+    let timing = measure(
+        || {
+            if last.is_err() {
+                return;
+            }
+            steps += 1;
+            last = (|| -> Result<(), String> {
+                let scalars = step_scalars(steps)?;
+                let mut inputs: Vec<&Tensor> = vec![&mlp.x, &mlp.y];
+                inputs.extend(&mlp.params);
+                inputs.extend(moments.iter().map(|(m, _)| m));
+                inputs.extend(moments.iter().map(|(_, v)| v));
+                inputs.extend(&scalars);
+                let out = program.run(rt, CoreId(0), &inputs).map_err(text)?;
+                let mut out = out.into_iter().skip(1);
+                let n = mlp.params.len();
+                let new_params: Vec<Tensor> = out.by_ref().take(n).collect();
+                let new_m: Vec<Tensor> = out.by_ref().take(n).collect();
+                for (p, new) in mlp.params.iter_mut().zip(new_params) {
+                    *p = replace_data(p, &new).map_err(text)?;
+                }
+                for ((m, v), (new_m, new_v)) in moments.iter_mut().zip(new_m.into_iter().zip(out)) {
+                    *m = new_m;
+                    *v = new_v;
+                }
+                Ok(())
+            })();
+        },
+        || rt.bus().clear(),
+    );
+    last?;
+    let flop = 5.0 * 2.0 * (DIMS.batch * DIMS.d_model * DIMS.d_hidden) as f64;
+    Ok(Sample::new(timing, Work::Flops(flop))
+        .with_note(format!(
+            "{} ops -> {} kernels ({} fused); saved for backward {}, program peak intermediates \
+             {} (modeled)",
+            report.nodes_before,
+            report.nodes_after,
+            report.fused_kernels(),
+            mib(saved),
+            mib(report.peak_intermediate_bytes_after)
+        ))
+        .with_figure("saved_bytes", saved)
+        .with_figure(
+            "peak_intermediate_bytes",
+            report.peak_intermediate_bytes_after,
+        ))
+}
+
 /// The training-step cases.
 pub fn cases() -> Vec<Case> {
     let Dims {
@@ -258,15 +433,25 @@ pub fn cases() -> Vec<Case> {
         d_model,
         d_hidden,
     } = DIMS;
-    vec![Case::new(
-        "mlp_train_step_eager",
-        format!(
-            "MLP training step, eager: f32[{batch}, {d_model}] -> {d_hidden} (gelu tanh) -> \
+    vec![
+        Case::new(
+            "mlp_train_step_eager",
+            format!(
+                "MLP training step, eager: f32[{batch}, {d_model}] -> {d_hidden} (gelu tanh) -> \
              {d_model}, mean squared error, backward, AdamW (torch's formula as registry ops)"
+            ),
+            "train",
+            train_step_eager,
         ),
-        "train",
-        train_step_eager,
-    )]
+        Case::new(
+            "mlp_train_step_compiled",
+            "MLP training step, compiled: the same step as one joint graph of forward, \
+             backward and the AdamW update, optimized once"
+                .to_string(),
+            "train",
+            train_step_compiled,
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -314,5 +499,44 @@ mod tests {
         // At least the hidden activation, before and after gelu.
         assert!(memory.saved >= 2 * 4 * (dims.batch * dims.d_hidden) as u64);
         assert_eq!(rt.autograd_use(rt.default_device()).unwrap().saved, 0);
+    }
+
+    #[test]
+    fn the_joint_graph_steps_as_the_eager_step() {
+        let rt = Runtime::from_env().expect("a runtime");
+        let dims = Dims {
+            batch: 8,
+            d_model: 4,
+            d_hidden: 16,
+        };
+        let mut eager = Mlp::new(&rt, dims).unwrap();
+        let mut opt = AdamW::new(&rt, &eager.params).unwrap();
+        step(&rt, &mut eager, &mut opt).unwrap();
+
+        let compiled = Mlp::new(&rt, dims).unwrap();
+        let moments = AdamW::new(&rt, &compiled.params).unwrap().moments;
+        let (b1, b2) = BETAS;
+        let scalars = [
+            scalar(&rt, LR / (1.0 - b1)).unwrap(),
+            scalar(&rt, 1.0 / (1.0 - b2).sqrt()).unwrap(),
+        ];
+        let graph = joint_step(&compiled, &moments, &scalars).unwrap();
+        let (program, _) = optimize(&rt, &graph).unwrap();
+        let mut inputs: Vec<&Tensor> = vec![&compiled.x, &compiled.y];
+        inputs.extend(&compiled.params);
+        inputs.extend(moments.iter().map(|(m, _)| m));
+        inputs.extend(moments.iter().map(|(_, v)| v));
+        inputs.extend(&scalars);
+        let out = program.run(&rt, CoreId(0), &inputs).unwrap();
+        for (k, p) in eager.params.iter().enumerate() {
+            let (want, got) = (p.to_vec::<f32>(), out[1 + k].to_vec::<f32>());
+            let worst = want
+                .iter()
+                .zip(&got)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            // Fusion may reorder a reduction's sums; the update itself is the same ops.
+            assert!(worst <= 1e-6, "parameter {k}: {worst}");
+        }
     }
 }

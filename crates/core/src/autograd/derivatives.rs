@@ -433,14 +433,23 @@ fn gelu(v: &Vjp) -> Result<Grads> {
         // u = k (x + c x^3), d/dx [x/2 (1 + tanh u)] = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2)
         let k = (2.0 / std::f64::consts::PI).sqrt();
         let c = 0.044715;
-        let x2 = v.mul(x, x)?;
-        let inner = v.add(x, &v.scale(&v.mul(&x2, x)?, c)?)?;
-        let t = v.unary("tanh", &v.scale(&inner, k)?)?;
+        // Each full-size intermediate is dropped after its last use, so backward holds about
+        // four of them at once rather than all nine.
         let one = v.scalar(1.0, dt)?;
-        let left = v.scale(&v.add(&one, &t)?, 0.5)?;
-        let sech2 = v.sub(&one, &v.mul(&t, &t)?)?;
+        let x2 = v.mul(x, x)?;
+        let t = {
+            let inner = v.add(x, &v.scale(&v.mul(&x2, x)?, c)?)?;
+            v.unary("tanh", &v.scale(&inner, k)?)?
+        };
         let du = v.scale(&v.add(&one, &v.scale(&x2, 3.0 * c)?)?, k)?;
-        let right = v.mul(&v.scale(x, 0.5)?, &v.mul(&sech2, &du)?)?;
+        drop(x2);
+        let sech2 = v.sub(&one, &v.mul(&t, &t)?)?;
+        let left = v.scale(&v.add(&one, &t)?, 0.5)?;
+        drop(t);
+        let sd = v.mul(&sech2, &du)?;
+        drop((sech2, du));
+        let right = v.mul(&v.scale(x, 0.5)?, &sd)?;
+        drop(sd);
         v.add(&left, &right)?
     } else {
         // Phi(x) + x phi(x)
