@@ -46,6 +46,12 @@ const MIN_BLOCK: usize = 1 << 10;
 const MAX_BLOCK: usize = 1 << 15;
 /// The fewest rows per matmul band: `gemm` packs the right operand once per call.
 const MIN_BAND_ROWS: usize = 64;
+/// The fewest rows per band when the right operand outgrows the L2 cache: packing it again
+/// for every band of 64 rows cost about as much as the band's multiply (on [4096, 4096] by
+/// [4096, 1024] operands), so bands grow until packing is a small part of their work.
+const MIN_BAND_ROWS_LARGE_B: usize = 512;
+/// Right operands above this many bytes count as large.
+const LARGE_B_BYTES: usize = 4 << 20;
 
 /// Positions per block for a working set of `bytes_per_position`.
 fn block_positions(bytes_per_position: usize) -> usize {
@@ -939,8 +945,12 @@ impl Fused {
                     .map_err(|message| op_error(def, metas, message))?;
                 let sources = epilogue.prepare(inputs);
                 let (rows, n) = (bands.rows(), bands.row_len());
-                let band =
-                    (block_positions(epilogue.bytes_per_position) / n.max(1)).max(MIN_BAND_ROWS);
+                let min_rows = if bands.depth() * n * 4 > LARGE_B_BYTES {
+                    MIN_BAND_ROWS_LARGE_B
+                } else {
+                    MIN_BAND_ROWS
+                };
+                let band = (block_positions(epilogue.bytes_per_position) / n.max(1)).max(min_rows);
                 // Bands run in parallel; a single band lets the matmul kernel use the threads instead.
                 let single = rows <= band;
                 run_blocks(rows, band, rows * n, &specs(&|_| n), |r0, r1, out| {

@@ -426,6 +426,11 @@ impl RowBands {
         self.operands.n
     }
 
+    /// The contracted dimension: rows of the right operand.
+    pub fn depth(&self) -> usize {
+        self.operands.k
+    }
+
     /// Output rows `r0..r1`, in the output dtype. `parallel` lets the kernel split the band
     /// across threads, for when the band is the whole output.
     pub fn compute(&self, r0: usize, r1: usize, parallel: bool) -> Result<Buffer, String> {
