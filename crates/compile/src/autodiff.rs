@@ -394,7 +394,8 @@ mod tests {
         let y = rt.call1("matmul", &[&xs, &leaf], &Attrs::new()).unwrap();
         let y = rt.call1("tanh", &[&y], &Attrs::new()).unwrap();
         let eager_loss = rt.call1("sum", &[&y], &Attrs::new()).unwrap();
-        neuronlab_core::autograd::backward(&rt, std::slice::from_ref(&eager_loss), &[None], false).unwrap();
+        neuronlab_core::autograd::backward(&rt, std::slice::from_ref(&eager_loss), &[None], false)
+            .unwrap();
         let eager_grad = leaf.leaf().unwrap().grad().unwrap();
         assert_eq!(out[0].to_vec::<f64>(), eager_loss.to_vec::<f64>());
         assert_eq!(out[1].to_vec::<f64>(), eager_grad.to_vec::<f64>());

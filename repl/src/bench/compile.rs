@@ -279,7 +279,10 @@ fn cache_hit(rt: &Arc<Runtime>) -> Result<Sample, String> {
     f.add(Entry::plain(signature, compiled), false);
     // Nothing captured: no guard reads guest state.
     let observe = |_: &Access| None;
-    if !matches!(f.plan(&Signature::of(std::slice::from_ref(&x)), &observe), Plan::Hit(_)) {
+    if !matches!(
+        f.plan(&Signature::of(std::slice::from_ref(&x)), &observe),
+        Plan::Hit(_)
+    ) {
         return Err("the signature just added is not a cache hit".into());
     }
     let timing = measure(
