@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.4) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.5) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -25,6 +25,8 @@
 //! - [`vars`] for session variables: tensors and plain values a notebook or REPL cell leaves
 //!   for later cells ([`vars::set_tensor`], [`vars::tensor`], [`vars::set_value`],
 //!   [`vars::value`]).
+//! - [`fs`] for files in the folders the user granted (`--dir`, `%dir`):
+//!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`].
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
 //!   panics in the cell.
 //!
@@ -68,6 +70,7 @@ pub mod dist;
 mod dtype;
 mod entry;
 mod error;
+pub mod fs;
 mod op;
 pub mod ops;
 pub mod optim;

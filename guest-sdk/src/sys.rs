@@ -1,4 +1,4 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars and grad groups) and thin
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars, grad and fs groups) and thin
 //! safe wrappers over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
@@ -141,6 +141,19 @@ mod ffi {
             retain_graph: i32,
         ) -> i32;
         pub fn grad_assign(h: u32, data_h: u32) -> i32;
+
+        pub fn fs_size(path_ptr: *const u8, path_len: i32) -> i64;
+        pub fn fs_read(path_ptr: *const u8, path_len: i32, offset: i64, ptr: *mut u8, len: i32)
+            -> i32;
+        pub fn fs_write(
+            path_ptr: *const u8,
+            path_len: i32,
+            data_ptr: *const u8,
+            data_len: i32,
+            append: i32,
+        ) -> i32;
+        pub fn fs_list(path_ptr: *const u8, path_len: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn fs_mkdir(path_ptr: *const u8, path_len: i32) -> i32;
     }
 }
 
@@ -652,4 +665,83 @@ pub(crate) fn grad_compute(
 pub(crate) fn grad_assign(h: u32, data_h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_assign(h, data_h) }).map(drop)
+}
+
+/// A string list as ABI.md encodes it: a `u32` count, then each string as a `u32` length and
+/// its UTF-8 bytes.
+pub(crate) fn decode_strings(bytes: &[u8], what: &str) -> Result<Vec<String>> {
+    let bad = || {
+        Error::new(
+            ErrorKind::Invalid,
+            format!("{what}: the host's string list is malformed"),
+        )
+    };
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        if rest.len() < n {
+            return Err(bad());
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?);
+    (0..count)
+        .map(|_| {
+            let len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?) as usize;
+            String::from_utf8(take(len)?.to_vec()).map_err(|_| bad())
+        })
+        .collect()
+}
+
+/// The size in bytes of the file at the guest path `path`.
+pub(crate) fn fs_size(path: &str) -> Result<u64> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
+    check64(unsafe { ffi::fs_size(path.as_ptr(), len) }).map(|n| n as u64)
+}
+
+/// Reads up to `buf.len()` bytes of the file from byte `offset` into `buf`; how many it read.
+pub(crate) fn fs_read(path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    let len = abi_len(path.len(), "the path")?;
+    let cap = abi_len(buf.len(), "the buffer")?;
+    let offset = i64::try_from(offset)
+        .map_err(|_| Error::new(ErrorKind::Invalid, format!("offset {offset} is too large")))?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes into `buf`.
+    check(unsafe { ffi::fs_read(path.as_ptr(), len, offset, buf.as_mut_ptr(), cap) })
+        .map(|n| n as usize)
+}
+
+/// Writes `data` to the file, replacing its contents or after them (`append`).
+pub(crate) fn fs_write(path: &str, data: &[u8], append: bool) -> Result<()> {
+    let len = abi_len(path.len(), "the path")?;
+    let data_len = abi_len(data.len(), "the data")?;
+    // SAFETY: the host reads each range, which `path` and `data` own.
+    check(unsafe {
+        ffi::fs_write(
+            path.as_ptr(),
+            len,
+            data.as_ptr(),
+            data_len,
+            append as i32,
+        )
+    })
+    .map(drop)
+}
+
+/// The entries of the folder at `path` (the grants for the empty path).
+pub(crate) fn fs_list(path: &str) -> Result<Vec<String>> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes at `ptr`,
+    // which `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe { ffi::fs_list(path.as_ptr(), len, ptr, cap) })
+        .map_err(host_error)?;
+    decode_strings(&bytes, "fs_list")
+}
+
+/// Makes the folder at `path`.
+pub(crate) fn fs_mkdir(path: &str) -> Result<()> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
+    check(unsafe { ffi::fs_mkdir(path.as_ptr(), len) }).map(drop)
 }

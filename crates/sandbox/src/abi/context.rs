@@ -177,6 +177,18 @@ pub(crate) fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -
         .map_err(|_| Fail(ErrorCode::Invalid, "the result is larger than 2 GiB".into()))
 }
 
+/// A string list as ABI.md's conventions encode it: a `u32` count, then each string as a
+/// `u32` byte length and its UTF-8 bytes.
+pub(crate) fn encode_strings<S: AsRef<str>>(strings: &[S]) -> Vec<u8> {
+    let mut out = (strings.len() as u32).to_le_bytes().to_vec();
+    for s in strings {
+        let s = s.as_ref().as_bytes();
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+    out
+}
+
 /// The value behind a handle.
 pub(crate) fn value(caller: &Ctx, h: i32) -> HostResult<GuestValue> {
     Ok(caller.data().handles.get(h as u32)?.clone())

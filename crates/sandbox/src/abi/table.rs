@@ -26,6 +26,8 @@ pub enum Group {
     Vars,
     /// Autograd: leaves, backward, gradients and grad mode.
     Grad,
+    /// Files in the folders the user granted.
+    Fs,
 }
 
 impl Group {
@@ -39,6 +41,7 @@ impl Group {
             Group::Dist => "dist",
             Group::Vars => "vars",
             Group::Grad => "grad",
+            Group::Fs => "fs",
         }
     }
 
@@ -49,6 +52,7 @@ impl Group {
             Group::Compile => (1, 1),
             Group::Dist | Group::Vars => (1, 2),
             Group::Grad => (1, 4),
+            Group::Fs => (1, 5),
         }
     }
 }
