@@ -109,6 +109,8 @@ NL_IMPORT("display")
 int32_t nl_display(const char *mime_ptr, int32_t mime_len, const void *data_ptr, int32_t data_len);
 /** Nanoseconds of host monotonic time since the instance started. */
 NL_IMPORT("clock_ns") int64_t nl_clock_ns(void);
+/** ABI 1.5: the run's arguments (after `--`) as a string list, capped; returns its length. */
+NL_IMPORT("args") int32_t nl_args(void *ptr, int32_t cap);
 
 /* tensor */
 

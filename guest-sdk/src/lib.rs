@@ -28,7 +28,7 @@
 //! - [`fs`] for files in the folders the user granted (`--dir`, `%dir`):
 //!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`].
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
-//!   panics in the cell.
+//!   panics in the cell; [`args`] for what follows `--` on `neuronlab run`.
 //!
 //! # Errors
 //!
@@ -88,7 +88,7 @@ pub use compile::{
 };
 pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};
-pub use entry::{entry, neuronlab_abi_version, ABI_VERSION};
+pub use entry::{args, entry, neuronlab_abi_version, ABI_VERSION};
 pub use error::{Error, ErrorKind, Result};
 pub use op::call;
 pub use ops::*;

@@ -21,6 +21,7 @@ mod ffi {
             data_len: i32,
         ) -> i32;
         pub fn clock_ns() -> i64;
+        pub fn args(ptr: *mut u8, cap: i32) -> i32;
 
         pub fn tensor_create(
             dtype: i32,
@@ -744,4 +745,11 @@ pub(crate) fn fs_mkdir(path: &str) -> Result<()> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
     check(unsafe { ffi::fs_mkdir(path.as_ptr(), len) }).map(drop)
+}
+
+/// The run's arguments: what follows `--` on `neuronlab run`.
+pub(crate) fn args() -> Result<Vec<String>> {
+    // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe { ffi::args(ptr, cap) }).map_err(host_error)?;
+    decode_strings(&bytes, "args")
 }

@@ -108,6 +108,9 @@ enum Command {
         /// Numeric arguments for the entry.
         #[arg(allow_negative_numbers = true)]
         args: Vec<String>,
+        /// Arguments for the guest, after `--`: it reads them with `neuronlab::args()`.
+        #[arg(last = true, value_name = "GUEST_ARGS")]
+        guest_args: Vec<String>,
     },
     /// Builds a guest crate to .wasm with whichever wasm32 toolchain this machine has.
     Build {
@@ -187,6 +190,7 @@ fn main() -> ExitCode {
             dirs,
             dirs_rw,
             args,
+            guest_args,
         } => {
             let limits = Limits {
                 deadline: Duration::from_secs_f64(deadline),
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
             let options = run::RunOptions {
                 entry,
                 args,
+                guest_args,
                 limits,
                 nproc,
                 all_ranks,

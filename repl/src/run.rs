@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub entry: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// What follows `--`, for the guest's `neuronlab::args()`.
+    pub guest_args: Vec<String>,
     /// Each rank's sandbox limits.
     pub limits: Limits,
     /// Number of ranks (1: a plain run).
@@ -59,6 +61,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         nproc: options.nproc,
         entry: &options.entry,
         args: &options.args,
+        guest_args: &options.guest_args,
         all_ranks: options.all_ranks,
     };
     let report = session

@@ -59,4 +59,7 @@ pub struct Shared {
     /// The folders guests may read (and write), which the `fs_*` and `ckpt_*` imports check
     /// every path against.
     pub files: Arc<Grants>,
+    /// The run's arguments for its guests (what follows `--` on `neuronlab run`), which the
+    /// `args` import returns; none in cells.
+    pub args: Arc<[String]>,
 }

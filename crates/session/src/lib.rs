@@ -245,6 +245,7 @@ impl Session {
             vars: Arc::default(),
             programs: Arc::new(ProgramCache::with_disk_dir(options.program_cache)),
             files: Arc::default(),
+            args: Arc::default(),
         };
         Ok(Session {
             runtime: new_runtime(options.runtime, &options.logs, &router),
