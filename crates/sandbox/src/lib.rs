@@ -9,11 +9,13 @@
 //!   guest pointers, validates handles and returns a status; host errors never trap and never
 //!   panic.
 //! - [`spmd`]: one module launched as N ranks; [`var_store`]: the session's variables;
-//!   [`grants`]: the folders guests may reach, and the check of every path against them.
+//!   [`grants`]: the folders guests may reach, and the check of every path against them;
+//!   [`checkpoint`]: safetensors files and sharded folders, loaded onto a core and saved.
 
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod checkpoint;
 pub mod grants;
 pub mod spmd;
 pub mod var_store;
