@@ -281,6 +281,20 @@ int32_t nl_fs_list(const char *path, int32_t path_len, void *ptr, int32_t cap);
 /** Makes a folder in a read-write grant; 0 when it exists already. */
 NL_IMPORT("fs_mkdir") int32_t nl_fs_mkdir(const char *path, int32_t path_len);
 
+/* ckpt (ABI 1.5): safetensors checkpoints (a file, or a sharded folder with an index) in the
+ * granted folders. */
+/** Two string lists, capped: the tensor names (sorted), then the metadata as key, value. */
+NL_IMPORT("ckpt_info")
+int32_t nl_ckpt_info(const char *path, int32_t path_len, void *ptr, int32_t cap);
+/** Loads every tensor onto the guest's core; writes a handle each (ckpt_info's order). */
+NL_IMPORT("ckpt_load")
+int32_t nl_ckpt_load(const char *path, int32_t path_len, int32_t *handles, int32_t max);
+/** Saves n tensors named by the string lists at names (names, then metadata pairs); one
+ * file for shard_bytes 0, else a sharded folder. Returns the files written. */
+NL_IMPORT("ckpt_save")
+int32_t nl_ckpt_save(const char *path, int32_t path_len, const void *names, int32_t names_len,
+                     const int32_t *handles, int32_t n, int64_t shard_bytes);
+
 #undef NL_IMPORT
 
 /* ---- Strings --------------------------------------------------------------------------- */

@@ -26,7 +26,9 @@
 //!   for later cells ([`vars::set_tensor`], [`vars::tensor`], [`vars::set_value`],
 //!   [`vars::value`]).
 //! - [`fs`] for files in the folders the user granted (`--dir`, `%dir`):
-//!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`].
+//!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`]; and
+//!   [`checkpoint`] for safetensors checkpoints there ([`checkpoint::load`],
+//!   [`checkpoint::save`], [`checkpoint::save_sharded`]).
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
 //!   panics in the cell; [`args`] for what follows `--` on `neuronlab run`.
 //!
@@ -65,6 +67,7 @@
 
 mod attrs;
 pub mod autograd;
+pub mod checkpoint;
 mod compile;
 pub mod dist;
 mod dtype;

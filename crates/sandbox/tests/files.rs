@@ -1,6 +1,7 @@
-//! The fs imports as a guest sees them (fixtures/fs.wat): reads, writes and listings inside
-//! granted folders, and every way out of a grant refused with `ERR_FS` and a clear message
-//! while the guest keeps running; bad pointers are `ERR_BOUNDS`, never a trap.
+//! The fs and ckpt imports as a guest sees them (fixtures/fs.wat): reads, writes, listings
+//! and checkpoints inside granted folders, and every way out of a grant refused with `ERR_FS`
+//! and a clear message while the guest keeps running; bad pointers are `ERR_BOUNDS`, never a
+//! trap, and a failed load leaves no tensor behind.
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -8,14 +9,18 @@ use std::sync::{Arc, Mutex};
 
 use neuronlab_core::device::topology::{CoreId, Topology};
 use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_core::tensor::Buffer;
 use neuronlab_core::Runtime;
 use neuronlab_dist::World;
+use neuronlab_sandbox::checkpoint;
 use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::{ErrorCode, Guest, Limits, Sandbox, Shared};
 
 const FS: i64 = ErrorCode::Fs as i64;
 const BOUNDS: i64 = ErrorCode::Bounds as i64;
 const INVALID: i64 = ErrorCode::Invalid as i64;
+const HANDLE: i64 = ErrorCode::Handle as i64;
+const TOO_SMALL: i64 = ErrorCode::TooSmall as i64;
 /// Where the test writes paths, and where the host writes what it reads.
 const PATH_AT: i64 = 1024;
 const OUT_AT: i64 = 16384;
@@ -25,6 +30,7 @@ const OUT_AT: i64 = 16384;
 struct Fixture {
     _tmp: tempfile::TempDir,
     base: PathBuf,
+    runtime: Arc<Runtime>,
     guest: Guest,
 }
 
@@ -58,7 +64,7 @@ impl Fixture {
         let guest = sandbox
             .instantiate_rank(
                 &module,
-                World::single(runtime, CoreId(0)).rank(0),
+                World::single(runtime.clone(), CoreId(0)).rank(0),
                 shared,
                 Limits::default(),
                 Box::new(move |o| sink.lock().unwrap().push(o)),
@@ -67,6 +73,7 @@ impl Fixture {
         Fixture {
             _tmp: tmp,
             base,
+            runtime,
             guest,
         }
     }
@@ -304,4 +311,120 @@ fn bad_pointers_lengths_and_arguments_are_statuses_not_traps() {
     assert_eq!(f.call("size", &[p, l]), FS);
     assert!(f.error().contains("NUL"));
     assert!(!f.base.join("out/w").exists());
+}
+
+/// A string list as ABI.md encodes it.
+fn strings(list: &[&str]) -> Vec<u8> {
+    let mut out = (list.len() as u32).to_le_bytes().to_vec();
+    for s in list {
+        out.extend((s.len() as u32).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    out
+}
+
+#[test]
+fn checkpoints_load_onto_the_core_and_bad_calls_leave_nothing_behind() {
+    let mut f = Fixture::new();
+    let t = f.runtime.tensor(Buffer::F32(vec![1.0, 2.0]), &[2]).unwrap();
+    let data = f.base.join("data");
+    let resolve = |p: &str, _| Ok(data.join(p));
+    let meta = [("k".to_string(), "v".to_string())].into();
+    checkpoint::save(
+        "w.safetensors",
+        &resolve,
+        &[("a.w".into(), t.clone()), ("b".into(), t)],
+        &meta,
+        None,
+    )
+    .unwrap();
+    let runtime = f.runtime.clone();
+    let in_use = move || runtime.memory().stats(CoreId(0)).unwrap().in_use;
+    let before = in_use();
+
+    let [p, l] = f.path("data/w.safetensors");
+    let listed = f.call("info", &[p, l, OUT_AT, 4096]);
+    let want = [strings(&["a.w", "b"]), strings(&["k", "v"])].concat();
+    assert_eq!(f.peek(OUT_AT, listed), want, "names, then metadata pairs");
+    assert_eq!(f.call("info", &[p, l, 65530, 100]), BOUNDS);
+    assert_eq!(
+        f.call("load", &[p, l, 65530, 2]),
+        BOUNDS,
+        "handles past memory"
+    );
+    assert_eq!(f.call("load", &[p, l, OUT_AT, 1]), TOO_SMALL);
+    assert!(f
+        .error()
+        .contains("holds 2 tensors but the handle buffer holds 1"));
+    assert_eq!(f.call("load", &[p, l, OUT_AT, -1]), TOO_SMALL);
+    assert_eq!(in_use(), before, "a refused load reads nothing");
+    assert_eq!(f.call("load", &[p, l, OUT_AT, 2]), 2);
+    assert_eq!(
+        in_use(),
+        before + 16,
+        "both loaded tensors are accounted on the core"
+    );
+    let handles: Vec<i64> = f
+        .peek(OUT_AT, 8)
+        .chunks(4)
+        .map(|c| i64::from(u32::from_le_bytes(c.try_into().unwrap())))
+        .collect();
+    for (path, words) in [
+        ("data/../w.safetensors", &["climbs out"][..]),
+        ("data/hello.txt", &["is not a valid safetensors file"]),
+        ("data/sub", &["without a `*.safetensors.index.json`"]),
+    ] {
+        let [p, l] = f.path(path);
+        let status = f.call("load", &[p, l, OUT_AT, 8]);
+        f.refused(&format!("ckpt_load {path}"), status, words);
+    }
+
+    // Saving: names (2), then metadata pairs, for the two handles at 8192.
+    let names = [strings(&["x", "y"]), strings(&["step", "3"])].concat();
+    f.poke(2048, &names);
+    let hs: Vec<u8> = handles
+        .iter()
+        .flat_map(|&h| (h as u32).to_le_bytes())
+        .collect();
+    f.poke(8192, &hs);
+    let save = |f: &mut Fixture, path: &str, names_len: i64, n: i64, shard: i64| {
+        let [p, l] = f.path(path);
+        f.call("save", &[p, l, 2048, names_len, 8192, n, shard])
+    };
+    let len = names.len() as i64;
+    assert_eq!(save(&mut f, "out/x.safetensors", len, 2, 0), 1);
+    assert_eq!(
+        save(&mut f, "out/sharded", len, 2, 8),
+        2,
+        "one shard per 8-byte tensor"
+    );
+    let back = checkpoint::inspect("out/sharded", &|p, _| Ok(f.base.join(p))).unwrap();
+    assert_eq!(back.names().collect::<Vec<_>>(), ["x", "y"]);
+    assert_eq!(back.metadata()["step"], "3");
+    assert_eq!(
+        save(&mut f, "out/bad", len - 1, 2, 0),
+        INVALID,
+        "a list cut short"
+    );
+    assert_eq!(
+        save(&mut f, "out/bad", len, 1, 0),
+        INVALID,
+        "more names than handles"
+    );
+    assert_eq!(save(&mut f, "out/bad", len, -1, 0), INVALID);
+    assert_eq!(
+        save(&mut f, "out/bad", len, 2, -8),
+        INVALID,
+        "a negative shard size"
+    );
+    assert_eq!(save(&mut f, "out/bad", 100_000, 2, 0), BOUNDS);
+    let status = save(&mut f, "data/x.safetensors", len, 2, 0);
+    f.refused(
+        "ckpt_save to a read-only grant",
+        status,
+        &["granted read-only"],
+    );
+    f.poke(8192, &7u32.to_le_bytes());
+    assert_eq!(save(&mut f, "out/bad", len, 2, 0), HANDLE);
+    assert!(!f.base.join("out/bad").exists() && !f.base.join("data/x.safetensors").exists());
 }

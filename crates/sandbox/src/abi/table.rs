@@ -28,6 +28,8 @@ pub enum Group {
     Grad,
     /// Files in the folders the user granted.
     Fs,
+    /// Safetensors checkpoints in the granted folders.
+    Ckpt,
 }
 
 impl Group {
@@ -42,6 +44,7 @@ impl Group {
             Group::Vars => "vars",
             Group::Grad => "grad",
             Group::Fs => "fs",
+            Group::Ckpt => "ckpt",
         }
     }
 
@@ -52,7 +55,7 @@ impl Group {
             Group::Compile => (1, 1),
             Group::Dist | Group::Vars => (1, 2),
             Group::Grad => (1, 4),
-            Group::Fs => (1, 5),
+            Group::Fs | Group::Ckpt => (1, 5),
         }
     }
 }
