@@ -150,8 +150,8 @@ impl Contents {
         let hbm_free = stats.capacity.saturating_sub(stats.in_use);
         if total > hbm_free {
             return Err(too_large(format!(
-                "more than the {} of HBM free on {core} (of {}); free tensors, or load a \
-                 sharded checkpoint's parts on several cores",
+                "more than the {} of HBM free on {core} (of {}); free tensors on it \
+                 first, or pick an instance with more HBM per core (%device)",
                 bytes(hbm_free),
                 bytes(stats.capacity)
             )));
