@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.4, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.5, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 4)
+#define NL_ABI_VERSION ((1 << 16) | 5)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -55,6 +55,7 @@ extern "C" {
 #define NL_ERR_UNAVAILABLE (-9) /* known, but not available here */
 #define NL_ERR_COLLECTIVE (-10) /* a collective failed across ranks (disagreement, timeout) */
 #define NL_ERR_GRAD (-11)       /* autograd refused (ABI 1.4) */
+#define NL_ERR_FS (-12)         /* a file access refused or failed (ABI 1.5) */
 
 /** The name of an error code, such as "ERR_OP"; "ERR_OTHER" for an unknown code. */
 static inline const char *nl_error_name(int32_t code) {
@@ -70,6 +71,7 @@ static inline const char *nl_error_name(int32_t code) {
     case NL_ERR_UNAVAILABLE: return "ERR_UNAVAILABLE";
     case NL_ERR_COLLECTIVE: return "ERR_COLLECTIVE";
     case NL_ERR_GRAD: return "ERR_GRAD";
+    case NL_ERR_FS: return "ERR_FS";
     default: return "ERR_OTHER";
     }
 }
@@ -107,6 +109,8 @@ NL_IMPORT("display")
 int32_t nl_display(const char *mime_ptr, int32_t mime_len, const void *data_ptr, int32_t data_len);
 /** Nanoseconds of host monotonic time since the instance started. */
 NL_IMPORT("clock_ns") int64_t nl_clock_ns(void);
+/** ABI 1.5: the run's arguments (after `--`) as a string list, capped; returns its length. */
+NL_IMPORT("args") int32_t nl_args(void *ptr, int32_t cap);
 
 /* tensor */
 
@@ -258,6 +262,38 @@ int32_t nl_grad_compute(const int32_t *outputs, int32_t n_outputs, const int32_t
                         int32_t retain_graph);
 /** Replaces h's data with data_h's, keeping its leaf; 0. */
 NL_IMPORT("grad_assign") int32_t nl_grad_assign(int32_t h, int32_t data_h);
+
+/* fs (ABI 1.5): files in the folders the user granted, addressed as NAME/relative/path.
+ * fs_list writes a string list: a uint32_t count, then each name as a uint32_t length and
+ * its bytes. */
+/** The file's size in bytes. */
+NL_IMPORT("fs_size") int64_t nl_fs_size(const char *path, int32_t path_len);
+/** Reads up to len bytes from byte offset into ptr; returns how many were read. */
+NL_IMPORT("fs_read")
+int32_t nl_fs_read(const char *path, int32_t path_len, int64_t offset, void *ptr, int32_t len);
+/** Writes len bytes to the file, replacing its contents (append 0) or after them (1). */
+NL_IMPORT("fs_write")
+int32_t nl_fs_write(const char *path, int32_t path_len, const void *data, int32_t len,
+                    int32_t append);
+/** The folder's entries as a string list (capped); the empty path lists the grants. */
+NL_IMPORT("fs_list")
+int32_t nl_fs_list(const char *path, int32_t path_len, void *ptr, int32_t cap);
+/** Makes a folder in a read-write grant; 0 when it exists already. */
+NL_IMPORT("fs_mkdir") int32_t nl_fs_mkdir(const char *path, int32_t path_len);
+
+/* ckpt (ABI 1.5): safetensors checkpoints (a file, or a sharded folder with an index) in the
+ * granted folders. */
+/** Two string lists, capped: the tensor names (sorted), then the metadata as key, value. */
+NL_IMPORT("ckpt_info")
+int32_t nl_ckpt_info(const char *path, int32_t path_len, void *ptr, int32_t cap);
+/** Loads every tensor onto the guest's core; writes a handle each (ckpt_info's order). */
+NL_IMPORT("ckpt_load")
+int32_t nl_ckpt_load(const char *path, int32_t path_len, int32_t *handles, int32_t max);
+/** Saves n tensors named by the string lists at names (names, then metadata pairs); one
+ * file for shard_bytes 0, else a sharded folder. Returns the files written. */
+NL_IMPORT("ckpt_save")
+int32_t nl_ckpt_save(const char *path, int32_t path_len, const void *names, int32_t names_len,
+                     const int32_t *handles, int32_t n, int64_t shard_bytes);
 
 #undef NL_IMPORT
 

@@ -1,13 +1,13 @@
-//! The guest's entry points: [`main!`](crate::main!), [`entry`], the panic hook and the
-//! `neuronlab_abi_version` export.
+//! The guest's entry points: [`main!`](crate::main!), [`entry`], the run's [`args`], the
+//! panic hook and the `neuronlab_abi_version` export.
 
 use std::fmt::Display;
 use std::sync::Once;
 
 use crate::sys::{self, Stream};
 
-/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.4.
-pub const ABI_VERSION: i32 = (1 << 16) | 4;
+/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.5.
+pub const ABI_VERSION: i32 = (1 << 16) | 5;
 
 /// The `neuronlab_abi_version` export the host checks before it runs a guest.
 ///
@@ -74,6 +74,22 @@ pub fn entry<E: Display>(f: impl FnOnce() -> Result<(), E>) {
         let _ = sys::print(Stream::Stderr, &format!("error: {e}\n"));
         std::process::abort();
     }
+}
+
+/// The run's arguments: what follows `--` on `neuronlab run` (`neuronlab run exp.wasm --
+/// --steps 10` gives `["--steps", "10"]`). Every rank gets the same; a cell gets none.
+///
+/// # Example
+///
+/// ```ignore
+/// let steps: u32 = match neuronlab::args().as_slice() {
+///     [flag, n] if flag == "--steps" => n.parse().unwrap_or(10),
+///     _ => 10,
+/// };
+/// ```
+pub fn args() -> Vec<String> {
+    // The host fills the list itself: a failure here is a host that does not speak 1.5.
+    sys::args().unwrap_or_else(|e| panic!("neuronlab::args: {e}"))
 }
 
 /// Sends `panicked at FILE:LINE:COL: MESSAGE` to stderr. A panic then aborts (the only

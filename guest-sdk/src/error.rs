@@ -61,6 +61,10 @@ pub enum ErrorKind {
     /// gradient, of a non-scalar without one, or twice through a freed graph; an in-place
     /// update that changes the shape.
     Grad,
+    /// `ERR_FS` (-12): a file access was refused or failed: the path is outside every
+    /// granted folder, the grant is read-only, the file does not exist, an I/O error, or a
+    /// malformed checkpoint.
+    Fs,
     /// A negative code this SDK does not know (from a newer host).
     Other(i32),
 }
@@ -86,6 +90,7 @@ impl ErrorKind {
             -9 => ErrorKind::Unavailable,
             -10 => ErrorKind::Collective,
             -11 => ErrorKind::Grad,
+            -12 => ErrorKind::Fs,
             other => ErrorKind::Other(other),
         }
     }
@@ -110,6 +115,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => -9,
             ErrorKind::Collective => -10,
             ErrorKind::Grad => -11,
+            ErrorKind::Fs => -12,
             ErrorKind::Other(code) => code,
         }
     }
@@ -134,6 +140,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "ERR_UNAVAILABLE",
             ErrorKind::Collective => "ERR_COLLECTIVE",
             ErrorKind::Grad => "ERR_GRAD",
+            ErrorKind::Fs => "ERR_FS",
             ErrorKind::Other(_) => "ERR_OTHER",
         }
     }

@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.4) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.5) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -25,8 +25,12 @@
 //! - [`vars`] for session variables: tensors and plain values a notebook or REPL cell leaves
 //!   for later cells ([`vars::set_tensor`], [`vars::tensor`], [`vars::set_value`],
 //!   [`vars::value`]).
+//! - [`fs`] for files in the folders the user granted (`--dir`, `%dir`):
+//!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`]; and
+//!   [`checkpoint`] for safetensors checkpoints there ([`checkpoint::load`],
+//!   [`checkpoint::save`], [`checkpoint::save_sharded`]).
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
-//!   panics in the cell.
+//!   panics in the cell; [`args`] for what follows `--` on `neuronlab run`.
 //!
 //! # Errors
 //!
@@ -63,11 +67,13 @@
 
 mod attrs;
 pub mod autograd;
+pub mod checkpoint;
 mod compile;
 pub mod dist;
 mod dtype;
 mod entry;
 mod error;
+pub mod fs;
 mod op;
 pub mod ops;
 pub mod optim;
@@ -85,7 +91,7 @@ pub use compile::{
 };
 pub use dist::{DTensor, DeviceMesh, Group, Placement, ReduceOp};
 pub use dtype::{Bf16, DType, Element, F16};
-pub use entry::{entry, neuronlab_abi_version, ABI_VERSION};
+pub use entry::{args, entry, neuronlab_abi_version, ABI_VERSION};
 pub use error::{Error, ErrorKind, Result};
 pub use op::call;
 pub use ops::*;

@@ -1,4 +1,4 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars and grad groups) and thin
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars, grad, fs and ckpt groups) and thin
 //! safe wrappers over them. Every `unsafe` block of the crate is in this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
@@ -21,6 +21,7 @@ mod ffi {
             data_len: i32,
         ) -> i32;
         pub fn clock_ns() -> i64;
+        pub fn args(ptr: *mut u8, cap: i32) -> i32;
 
         pub fn tensor_create(
             dtype: i32,
@@ -141,6 +142,32 @@ mod ffi {
             retain_graph: i32,
         ) -> i32;
         pub fn grad_assign(h: u32, data_h: u32) -> i32;
+
+        pub fn fs_size(path_ptr: *const u8, path_len: i32) -> i64;
+        pub fn fs_read(path_ptr: *const u8, path_len: i32, offset: i64, ptr: *mut u8, len: i32)
+            -> i32;
+        pub fn fs_write(
+            path_ptr: *const u8,
+            path_len: i32,
+            data_ptr: *const u8,
+            data_len: i32,
+            append: i32,
+        ) -> i32;
+        pub fn fs_list(path_ptr: *const u8, path_len: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn fs_mkdir(path_ptr: *const u8, path_len: i32) -> i32;
+
+        pub fn ckpt_info(path_ptr: *const u8, path_len: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn ckpt_load(path_ptr: *const u8, path_len: i32, handles_ptr: *mut u32, max: i32)
+            -> i32;
+        pub fn ckpt_save(
+            path_ptr: *const u8,
+            path_len: i32,
+            names_ptr: *const u8,
+            names_len: i32,
+            handles_ptr: *const u32,
+            n: i32,
+            shard_bytes: i64,
+        ) -> i32;
     }
 }
 
@@ -652,4 +679,151 @@ pub(crate) fn grad_compute(
 pub(crate) fn grad_assign(h: u32, data_h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_assign(h, data_h) }).map(drop)
+}
+
+/// A string list as ABI.md encodes it, at the start of `bytes`: a `u32` count, then each
+/// string as a `u32` length and its UTF-8 bytes. Returns the strings and the bytes after.
+pub(crate) fn decode_strings<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<String>, &'a [u8])> {
+    let bad = || {
+        Error::new(
+            ErrorKind::Invalid,
+            format!("{what}: the host's string list is malformed"),
+        )
+    };
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        if rest.len() < n {
+            return Err(bad());
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?);
+    let strings = (0..count)
+        .map(|_| {
+            let len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?) as usize;
+            String::from_utf8(take(len)?.to_vec()).map_err(|_| bad())
+        })
+        .collect::<Result<Vec<String>>>()?;
+    Ok((strings, rest))
+}
+
+/// The size in bytes of the file at the guest path `path`.
+pub(crate) fn fs_size(path: &str) -> Result<u64> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
+    check64(unsafe { ffi::fs_size(path.as_ptr(), len) }).map(|n| n as u64)
+}
+
+/// Reads up to `buf.len()` bytes of the file from byte `offset` into `buf`; how many it read.
+pub(crate) fn fs_read(path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    let len = abi_len(path.len(), "the path")?;
+    let cap = abi_len(buf.len(), "the buffer")?;
+    let offset = i64::try_from(offset)
+        .map_err(|_| Error::new(ErrorKind::Invalid, format!("offset {offset} is too large")))?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes into `buf`.
+    check(unsafe { ffi::fs_read(path.as_ptr(), len, offset, buf.as_mut_ptr(), cap) })
+        .map(|n| n as usize)
+}
+
+/// Writes `data` to the file, replacing its contents or after them (`append`).
+pub(crate) fn fs_write(path: &str, data: &[u8], append: bool) -> Result<()> {
+    let len = abi_len(path.len(), "the path")?;
+    let data_len = abi_len(data.len(), "the data")?;
+    // SAFETY: the host reads each range, which `path` and `data` own.
+    check(unsafe {
+        ffi::fs_write(
+            path.as_ptr(),
+            len,
+            data.as_ptr(),
+            data_len,
+            append as i32,
+        )
+    })
+    .map(drop)
+}
+
+/// The entries of the folder at `path` (the grants for the empty path).
+pub(crate) fn fs_list(path: &str) -> Result<Vec<String>> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes at `ptr`,
+    // which `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe { ffi::fs_list(path.as_ptr(), len, ptr, cap) })
+        .map_err(host_error)?;
+    decode_strings(&bytes, "fs_list").map(|(names, _)| names)
+}
+
+/// Makes the folder at `path`.
+pub(crate) fn fs_mkdir(path: &str) -> Result<()> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
+    check(unsafe { ffi::fs_mkdir(path.as_ptr(), len) }).map(drop)
+}
+
+/// The run's arguments: what follows `--` on `neuronlab run`.
+pub(crate) fn args() -> Result<Vec<String>> {
+    // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe { ffi::args(ptr, cap) }).map_err(host_error)?;
+    decode_strings(&bytes, "args").map(|(args, _)| args)
+}
+
+/// A string list as ABI.md encodes it.
+pub(crate) fn encode_strings<S: AsRef<str>>(strings: &[S], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(strings.len() as u32).to_le_bytes());
+    for s in strings {
+        let s = s.as_ref().as_bytes();
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+}
+
+/// The tensor names and the metadata (key, value, ...) of the checkpoint at `path`.
+pub(crate) fn ckpt_info(path: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes at `ptr`,
+    // which `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe { ffi::ckpt_info(path.as_ptr(), len, ptr, cap) })
+        .map_err(host_error)?;
+    let (names, rest) = decode_strings(&bytes, "ckpt_info")?;
+    let (metadata, _) = decode_strings(rest, "ckpt_info")?;
+    Ok((names, metadata))
+}
+
+/// Loads the checkpoint at `path` into `handles` (at least as many as it holds); returns
+/// how many it wrote.
+pub(crate) fn ckpt_load(path: &str, handles: &mut [u32]) -> Result<usize> {
+    let len = abi_len(path.len(), "the path")?;
+    let max = abi_len(handles.len(), "the handle buffer")?;
+    // SAFETY: the host reads `len` bytes of `path` and writes at most `max` u32s into
+    // `handles`.
+    check(unsafe { ffi::ckpt_load(path.as_ptr(), len, handles.as_mut_ptr(), max) })
+        .map(|n| n as usize)
+}
+
+/// Saves the tensors `handles`, named by the encoded `names` (names, then metadata pairs);
+/// returns the number of files written.
+pub(crate) fn ckpt_save(
+    path: &str,
+    names: &[u8],
+    handles: &[u32],
+    shard_bytes: u64,
+) -> Result<usize> {
+    let len = abi_len(path.len(), "the path")?;
+    let names_len = abi_len(names.len(), "the names")?;
+    let n = abi_len(handles.len(), "the tensors")?;
+    let shard_bytes = i64::try_from(shard_bytes).unwrap_or(i64::MAX);
+    // SAFETY: the host reads each range, which `path`, `names` and `handles` own.
+    check(unsafe {
+        ffi::ckpt_save(
+            path.as_ptr(),
+            len,
+            names.as_ptr(),
+            names_len,
+            handles.as_ptr(),
+            n,
+            shard_bytes,
+        )
+    })
+    .map(|n| n as usize)
 }

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use neuronlab_core::device::topology::Topology;
 use neuronlab_core::ops::Registry;
 use neuronlab_core::paths::CacheDir;
+use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::Limits;
 use neuronlab_session::toolchain::{self, Toolchain};
 
@@ -97,9 +98,19 @@ enum Command {
         /// (default: NEURONLAB_COLLECTIVE_TIMEOUT, or 5).
         #[arg(long)]
         collective_timeout: Option<String>,
+        /// Grants the guest this folder, read-only; it addresses the files as
+        /// NAME/relative/path, NAME being the folder's name. Repeatable.
+        #[arg(long = "dir", value_name = "PATH")]
+        dirs: Vec<PathBuf>,
+        /// Grants the guest this folder to read and write. Repeatable.
+        #[arg(long = "dir-rw", value_name = "PATH")]
+        dirs_rw: Vec<PathBuf>,
         /// Numeric arguments for the entry.
         #[arg(allow_negative_numbers = true)]
         args: Vec<String>,
+        /// Arguments for the guest, after `--`: it reads them with `neuronlab::args()`.
+        #[arg(last = true, value_name = "GUEST_ARGS")]
+        guest_args: Vec<String>,
     },
     /// Builds a guest crate to .wasm with whichever wasm32 toolchain this machine has.
     Build {
@@ -176,7 +187,10 @@ fn main() -> ExitCode {
             nproc,
             all_ranks,
             collective_timeout,
+            dirs,
+            dirs_rw,
             args,
+            guest_args,
         } => {
             let limits = Limits {
                 deadline: Duration::from_secs_f64(deadline),
@@ -186,10 +200,16 @@ fn main() -> ExitCode {
             let options = run::RunOptions {
                 entry,
                 args,
+                guest_args,
                 limits,
                 nproc,
                 all_ranks,
                 collective_timeout,
+                dirs: dirs
+                    .into_iter()
+                    .map(|d| (d, Access::ReadOnly))
+                    .chain(dirs_rw.into_iter().map(|d| (d, Access::ReadWrite)))
+                    .collect(),
             };
             run::run(&module, options)
         }

@@ -3,10 +3,11 @@
 //! there are several), then the event summary; a trap or host error on any rank exits non-zero
 //! with the error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use neuronlab_core::events::Summary;
 use neuronlab_dist::comm::parse_timeout;
+use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::spmd::RankResult;
 use neuronlab_sandbox::{Limits, ModuleSource};
 use neuronlab_session::launch::{RunReport, RunRequest};
@@ -21,6 +22,8 @@ pub struct RunOptions {
     pub entry: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// What follows `--`, for the guest's `neuronlab::args()`.
+    pub guest_args: Vec<String>,
     /// Each rank's sandbox limits.
     pub limits: Limits,
     /// Number of ranks (1: a plain run).
@@ -29,6 +32,8 @@ pub struct RunOptions {
     pub all_ranks: bool,
     /// Seconds a collective waits for missing ranks (default: the environment or 5 s).
     pub collective_timeout: Option<String>,
+    /// The folders granted to the guest (`--dir`, `--dir-rw`).
+    pub dirs: Vec<(PathBuf, Access)>,
 }
 
 /// Runs the module at `path` as `options.nproc` ranks.
@@ -40,6 +45,15 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
             parse_timeout(text).map_err(|e| format!("--collective-timeout: {e}"))?;
     }
     let mut session = Session::new(session_options)?;
+    for (dir, access) in &options.dirs {
+        let flag = match access {
+            Access::ReadOnly => "--dir",
+            Access::ReadWrite => "--dir-rw",
+        };
+        session
+            .grant_folder(dir, *access)
+            .map_err(|e| format!("{flag}: {e}"))?;
+    }
     let _ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
     let request = RunRequest {
@@ -47,6 +61,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         nproc: options.nproc,
         entry: &options.entry,
         args: &options.args,
+        guest_args: &options.guest_args,
         all_ranks: options.all_ranks,
     };
     let report = session

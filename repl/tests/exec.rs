@@ -175,3 +175,60 @@ fn subcommands_have_help() {
         "{help}"
     );
 }
+
+/// A module whose `run` prints the raw string list of its arguments, then the granted file
+/// `notes/msg.txt`.
+const ARGS_AND_FILE_WAT: &str = r#"(module
+  (import "neuronlab" "args" (func $args (param i32 i32) (result i32)))
+  (import "neuronlab" "fs_read" (func $read (param i32 i32 i64 i32 i32) (result i32)))
+  (import "neuronlab" "print" (func $print (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "notes/msg.txt")
+  (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10005))
+  (func (export "run")
+    (local $n i32)
+    (local.set $n (call $args (i32.const 512) (i32.const 256)))
+    (drop (call $print (i32.const 1) (i32.const 512) (local.get $n)))
+    (local.set $n (call $read (i32.const 0) (i32.const 13) (i64.const 0) (i32.const 1024) (i32.const 64)))
+    (if (i32.lt_s (local.get $n) (i32.const 0)) (then unreachable))
+    (drop (call $print (i32.const 1) (i32.const 1024) (local.get $n)))))
+"#;
+
+#[test]
+fn run_grants_folders_and_passes_what_follows_the_double_dash() {
+    let dir = temp_dir("run-args");
+    let notes = dir.join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::write(notes.join("msg.txt"), "granted\n").unwrap();
+    let module = dir.join("args.wat");
+    std::fs::write(&module, ARGS_AND_FILE_WAT).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_neuronlab"))
+            .arg("run")
+            .arg(&module)
+            .args(args)
+            .output()
+            .expect("neuronlab runs")
+    };
+    let notes_arg = notes.display().to_string();
+    let out = run(&["--dir", &notes_arg, "--", "--steps", "10", "two words"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut list = 3u32.to_le_bytes().to_vec();
+    for arg in ["--steps", "10", "two words"] {
+        list.extend((arg.len() as u32).to_le_bytes());
+        list.extend(arg.as_bytes());
+    }
+    list.extend(b"granted\n");
+    assert_eq!(out.stdout, list, "{}", text(&out.stdout));
+
+    let out = run(&["--", "x"]);
+    assert!(!out.status.success(), "no grant: the read fails");
+    let out = run(&["--dir", "/no/such/folder"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--dir: cannot grant /no/such/folder"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

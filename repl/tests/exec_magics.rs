@@ -301,6 +301,8 @@ fn every_magic_with_good_and_bad_arguments() {
         .display()
         .to_string();
     let trace = dir.join("trace.json");
+    let granted = dir.join("granted");
+    std::fs::create_dir(&granted).expect("a folder to grant");
 
     let listed: Vec<&str> = MAGICS
         .iter()
@@ -511,6 +513,20 @@ fn every_magic_with_good_and_bad_arguments() {
             ],
         ),
         bad("%mem all", "mem", "%mem: takes no arguments"),
+        vars_intact(),
+        // %dir: lists, grants, refuses what cannot be granted.
+        ok("%dir", &["no folder is granted"]),
+        ok(
+            format!("%dir {} --rw", granted.display()),
+            &["as `granted` (read-write)"],
+        ),
+        ok("%dir", &["granted  read-write"]),
+        bad("%dir --ro", "dir", "%dir: unknown option --ro; the option is --rw"),
+        fails(
+            format!("%dir {}", granted.join("nope").display()),
+            "MagicError",
+            &["give an existing folder"],
+        ),
         vars_intact(),
         bad("%vars x", "vars", "%vars: takes no arguments"),
         vars_intact(),

@@ -8,11 +8,15 @@
 //! - [`abi`]: the host side of the ABI, one import table. Every host function bounds-checks
 //!   guest pointers, validates handles and returns a status; host errors never trap and never
 //!   panic.
-//! - [`spmd`]: one module launched as N ranks; [`var_store`]: the session's variables.
+//! - [`spmd`]: one module launched as N ranks; [`var_store`]: the session's variables;
+//!   [`grants`]: the folders guests may reach, and the check of every path against them;
+//!   [`checkpoint`]: safetensors files and sharded folders, loaded onto a core and saved.
 
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod checkpoint;
+pub mod grants;
 pub mod spmd;
 pub mod var_store;
 
@@ -41,15 +45,23 @@ pub use values::DistValue;
 
 use std::sync::Arc;
 
+use grants::Grants;
 use neuronlab_compile::recorder::ProgramCache;
 use var_store::VarStore;
 
-/// What the guests of one session share: its variables and its compiled programs. The
-/// default is a fresh store and an in-memory program cache, as for a guest on its own.
+/// What the guests of one session share: its variables, its compiled programs and the folders
+/// the user granted. The default is a fresh store, an in-memory program cache and no folder,
+/// as for a guest on its own.
 #[derive(Clone, Default)]
 pub struct Shared {
     /// The session's variables, which `var_*` imports read and write.
     pub vars: Arc<VarStore>,
     /// The session's compiled programs, by graph hash (on disk too when it has a folder).
     pub programs: Arc<ProgramCache>,
+    /// The folders guests may read (and write), which the `fs_*` and `ckpt_*` imports check
+    /// every path against.
+    pub files: Arc<Grants>,
+    /// The run's arguments for its guests (what follows `--` on `neuronlab run`), which the
+    /// `args` import returns; none in cells.
+    pub args: Arc<[String]>,
 }

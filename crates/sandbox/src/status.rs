@@ -30,6 +30,9 @@ pub enum ErrorCode {
     Collective = -10,
     /// A gradient cannot be computed as asked (autograd refused).
     Grad = -11,
+    /// A file access was refused or failed: outside every grant, read-only, missing, an I/O
+    /// error, or a malformed checkpoint.
+    Fs = -12,
 }
 
 /// A failed import: the code the guest sees and the message `last_error` gives.

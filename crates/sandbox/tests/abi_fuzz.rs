@@ -229,8 +229,8 @@ impl Fuzzer {
                 import.name
             ),
         };
-        // ABI.md's error codes: ERR_INVALID (-1) to ERR_GRAD (-11).
-        let known = status >= 0 || (-11..=-1).contains(&status);
+        // ABI.md's error codes: ERR_INVALID (-1) to ERR_FS (-12).
+        let known = status >= 0 || (-12..=-1).contains(&status);
         assert!(
             known,
             "{}{args:?} returned {status}, not an ABI status",

@@ -412,6 +412,7 @@ impl Session {
             nproc,
             entry: "run",
             args: &[],
+            guest_args: &[],
             all_ranks,
         };
         let report = match self.run_module(&request, out) {

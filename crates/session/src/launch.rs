@@ -8,7 +8,7 @@ use std::time::Duration;
 use neuronlab_sandbox::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
 };
-use neuronlab_sandbox::ModuleSource;
+use neuronlab_sandbox::{ModuleSource, Shared};
 
 use super::convert::OutputConverter;
 use super::{CellError, Output, Running, Session};
@@ -24,6 +24,9 @@ pub struct RunRequest<'a> {
     pub entry: &'a str,
     /// Its arguments, as text (numbers for the export's parameters).
     pub args: &'a [String],
+    /// The arguments every rank's guest reads with the `args` import (what follows `--` on
+    /// `neuronlab run`).
+    pub guest_args: &'a [String],
     /// Show every rank's output, not only rank 0's.
     pub all_ranks: bool,
 }
@@ -92,7 +95,11 @@ impl Session {
         let interrupt = SpmdInterrupt::new();
         self.interrupter.set(Running::Ranks(interrupt.clone()));
         let mut converter = OutputConverter::new(self.execution_count, self.cell_columns.take());
-        let (sandbox, runtime, shared) = (self.sandbox, self.runtime.clone(), self.shared.clone());
+        let (sandbox, runtime) = (self.sandbox, self.runtime.clone());
+        let shared = Shared {
+            args: request.guest_args.into(),
+            ..self.shared.clone()
+        };
         let ranks = self.router.stream(&mut converter, out, || {
             let emit = outputs.clone();
             let ranks = launch(

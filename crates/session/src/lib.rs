@@ -47,6 +47,7 @@ use neuronlab_core::paths::CacheDir;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::Runtime;
 use neuronlab_dist::WorldOptions;
+use neuronlab_sandbox::grants::{Access, Grant};
 use neuronlab_sandbox::spmd::SpmdInterrupt;
 use neuronlab_sandbox::var_store::VarStore;
 use neuronlab_sandbox::{InterruptHandle, Limits, Sandbox, Shared};
@@ -243,6 +244,8 @@ impl Session {
         let shared = Shared {
             vars: Arc::default(),
             programs: Arc::new(ProgramCache::with_disk_dir(options.program_cache)),
+            files: Arc::default(),
+            args: Arc::default(),
         };
         Ok(Session {
             runtime: new_runtime(options.runtime, &options.logs, &router),
@@ -361,6 +364,12 @@ impl Session {
     /// The session's variables.
     pub fn vars(&self) -> &Arc<VarStore> {
         &self.shared.vars
+    }
+
+    /// Grants the session's guests the folder at `path` (`%dir`, `neuronlab run --dir`): they
+    /// address its files by the folder's name. Why not, when it cannot be granted.
+    pub fn grant_folder(&self, path: &std::path::Path, access: Access) -> Result<Grant, String> {
+        self.shared.files.grant(path, access)
     }
 
     /// How many cells have run (the Jupyter execution count).

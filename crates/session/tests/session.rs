@@ -862,3 +862,50 @@ fn spmd_runs_a_module_as_ranks() {
     fails(&mut s, "%spmd 2", "MagicError");
     fails(&mut s, "%spmd 2 /no/such.wasm", "LoadError");
 }
+
+/// Prints the first 64 bytes of the granted file `grant/msg.txt` (its name is `$DIR` in the
+/// text, replaced with the grant's name).
+const READ_GRANTED_WAT: &str = r#"%%wat
+(module
+  (import "neuronlab" "fs_read" (func $read (param i32 i32 i64 i32 i32) (result i32)))
+  (import "neuronlab" "print" (func $print (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "$DIR/msg.txt")
+  (func (export "neuronlab_abi_version") (result i32) (i32.const 0x10005))
+  (func (export "run")
+    (local $n i32)
+    (local.set $n (call $read (i32.const 0) (i32.const $LEN) (i64.const 0) (i32.const 256) (i32.const 64)))
+    (if (i32.lt_s (local.get $n) (i32.const 0)) (then unreachable))
+    (drop (call $print (i32.const 1) (i32.const 256) (local.get $n)))))
+"#;
+
+#[test]
+fn dir_grants_folders_that_guests_then_read() {
+    let mut s = session();
+    let folder = scratch("granted-notes");
+    std::fs::write(folder.join("msg.txt"), "from the grant\n").unwrap();
+    let cell = READ_GRANTED_WAT
+        .replace("$DIR", "granted-notes")
+        .replace("$LEN", &"granted-notes/msg.txt".len().to_string());
+    let ran = run(&mut s, &cell);
+    assert_eq!(ran.outcome, Outcome::Error, "nothing is granted yet");
+    assert!(ok(&mut s, "%dir").contains("no folder is granted"));
+
+    let text = ok(&mut s, &format!("%dir {}", folder.display()));
+    assert!(text.contains("as `granted-notes` (read-only)"), "{text}");
+    assert!(ok(&mut s, &cell).starts_with("from the grant\n"));
+    let listing = ok(&mut s, "%dir");
+    assert!(
+        listing.contains("granted-notes") && listing.contains("read-only"),
+        "{listing}"
+    );
+    let text = ok(&mut s, &format!("%dir {} --rw", folder.display()));
+    assert!(text.contains("(read-write)"), "{text}");
+
+    let e = fails(&mut s, "%dir /no/such/folder", "MagicError");
+    assert!(e.contains("give an existing folder"), "{e}");
+    let e = fails(&mut s, "%dir --bogus", "MagicError");
+    assert!(e.contains("unknown option --bogus"), "{e}");
+    let e = fails(&mut s, "%dir --rw", "MagicError");
+    assert!(e.contains("give the folder"), "{e}");
+}

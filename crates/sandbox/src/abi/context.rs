@@ -177,6 +177,48 @@ pub(crate) fn write_capped(caller: &mut Ctx, ptr: i32, cap: i32, bytes: &[u8]) -
         .map_err(|_| Fail(ErrorCode::Invalid, "the result is larger than 2 GiB".into()))
 }
 
+/// A string list as ABI.md's conventions encode it: a `u32` count, then each string as a
+/// `u32` byte length and its UTF-8 bytes.
+pub(crate) fn encode_strings<S: AsRef<str>>(strings: &[S]) -> Vec<u8> {
+    let mut out = (strings.len() as u32).to_le_bytes().to_vec();
+    for s in strings {
+        let s = s.as_ref().as_bytes();
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+    out
+}
+
+/// Decodes a string list (see [`encode_strings`]) at the start of `bytes`: the strings and
+/// the bytes after the list.
+pub(crate) fn decode_strings<'a>(
+    bytes: &'a [u8],
+    what: &str,
+) -> HostResult<(Vec<String>, &'a [u8])> {
+    let bad = |why: &str| {
+        Fail(
+            ErrorCode::Invalid,
+            format!("{what} are not a string list ({why}; see ABI.md, Conventions)"),
+        )
+    };
+    let mut rest = bytes;
+    let word = |rest: &mut &[u8]| -> HostResult<usize> {
+        let (head, tail) = rest.split_at_checked(4).ok_or_else(|| bad("cut short"))?;
+        *rest = tail;
+        Ok(u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize)
+    };
+    let count = word(&mut rest)?;
+    // No allocation by the count: each string takes at least 4 bytes of the list.
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let len = word(&mut rest)?;
+        let (s, tail) = rest.split_at_checked(len).ok_or_else(|| bad("cut short"))?;
+        out.push(String::from_utf8(s.to_vec()).map_err(|_| bad("a string is not UTF-8"))?);
+        rest = tail;
+    }
+    Ok((out, rest))
+}
+
 /// The value behind a handle.
 pub(crate) fn value(caller: &Ctx, h: i32) -> HostResult<GuestValue> {
     Ok(caller.data().handles.get(h as u32)?.clone())

@@ -5,14 +5,16 @@
 //!
 //! - [`table`]: the [`Import`] row, and the `imports!` macro each group declares its rows with.
 //! - `context.rs`: the guest's host state and the checked helpers every import uses.
-//! - one file per group: `sys`, `tensor`, `op`, `compile`, `dist`, `vars`, `grad`.
+//! - one file per group: `sys`, `tensor`, `op`, `compile`, `dist`, `vars`, `grad`, `fs`, `ckpt`.
 //!
 //! [`IMPORTS`] is the one list: the load-time check of a module's imports, the linker, and
 //! the test that keeps ABI.md, `neuronlab.h` and the Rust SDK's externs in step all read it.
 
+mod ckpt;
 mod compile;
 pub(crate) mod context;
 mod dist;
+mod fs;
 mod grad;
 mod op;
 mod sys;
@@ -26,7 +28,7 @@ use context::GuestState;
 pub use table::{Group, Import, WasmType, MODULE};
 
 /// Every import this host provides, group by group, in ABI.md's order.
-pub static IMPORTS: [&[Import]; 7] = [
+pub static IMPORTS: [&[Import]; 9] = [
     sys::SYS,
     tensor::TENSOR,
     op::OP,
@@ -34,6 +36,8 @@ pub static IMPORTS: [&[Import]; 7] = [
     dist::DIST,
     vars::VARS,
     grad::GRAD,
+    fs::FS,
+    ckpt::CKPT,
 ];
 
 /// Every import, in order.

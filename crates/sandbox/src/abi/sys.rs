@@ -1,6 +1,7 @@
-//! The `sys` group of imports (ABI.md "sys"): the last error, output, displays and the clock.
+//! The `sys` group of imports (ABI.md "sys"): the last error, output, displays, the clock and
+//! the run's arguments.
 
-use super::context::{read, read_str, status, write_capped};
+use super::context::{encode_strings, read, read_str, status, write_capped};
 use super::table::{imports, Import};
 use crate::guest_output::GuestOutput;
 use crate::status::{ErrorCode, Fail};
@@ -46,5 +47,11 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
     }
     fn clock_ns(c) -> i64 {
         c.data().started.elapsed().as_nanos() as i64
+    }
+    #[since(1, 5)]
+    fn args(c, ptr: i32, cap: i32) -> i32 {
+        let list = encode_strings(&c.data().shared.args);
+        let r = write_capped(&mut c, ptr, cap, &list);
+        status(&mut c, r)
     }
 };

@@ -12,7 +12,7 @@ pub const MODULE: &str = "neuronlab";
 /// The groups of imports, in the order ABI.md documents them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Group {
-    /// Output, displays, the last error, the clock.
+    /// Output, displays, the last error, the clock, the run's arguments.
     Sys,
     /// Creating, reading and dropping tensors.
     Tensor,
@@ -26,6 +26,10 @@ pub enum Group {
     Vars,
     /// Autograd: leaves, backward, gradients and grad mode.
     Grad,
+    /// Files in the folders the user granted.
+    Fs,
+    /// Safetensors checkpoints in the granted folders.
+    Ckpt,
 }
 
 impl Group {
@@ -39,6 +43,8 @@ impl Group {
             Group::Dist => "dist",
             Group::Vars => "vars",
             Group::Grad => "grad",
+            Group::Fs => "fs",
+            Group::Ckpt => "ckpt",
         }
     }
 
@@ -49,6 +55,7 @@ impl Group {
             Group::Compile => (1, 1),
             Group::Dist | Group::Vars => (1, 2),
             Group::Grad => (1, 4),
+            Group::Fs | Group::Ckpt => (1, 5),
         }
     }
 }

@@ -6,7 +6,7 @@
 //!   `%%wat`, `%spmd`, `%time`);
 //! - [`views`]: magics that show what happened (`%events`, `%recompiles`, `%explain`,
 //!   `%vars`, `%mem`, `%timeline`, `%trace`);
-//! - [`state`]: magics that change the session (`%reset`, `%device`, `%cache`);
+//! - [`state`]: magics that change the session (`%reset`, `%device`, `%cache`, `%dir`);
 //! - `table`, `timeline` and `timeline_svg`: the text and HTML tables, and the text and SVG
 //!   timelines, they show.
 
@@ -213,6 +213,16 @@ pub const MAGICS: &[Magic] = &[
         details: Some(state::presets),
         run: Handler::Line(state::device),
         complete: Some(state::device_arguments),
+    },
+    Magic {
+        name: "dir",
+        usage: "%dir [PATH [--rw]]",
+        help: "Grants the session's guests a folder, read-only or with --rw read-write; guests \
+               address its files as NAME/relative/path, NAME being the folder's name. Without \
+               a path, lists the granted folders.",
+        details: None,
+        run: Handler::Line(state::dir),
+        complete: None,
     },
     Magic {
         name: "mem",

@@ -1,4 +1,4 @@
-//! Magics that change the session: `%reset`, `%device`, `%cache`.
+//! Magics that change the session: `%reset`, `%device`, `%cache`, `%dir`.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +10,7 @@ use neuronlab_core::device::Topology;
 use neuronlab_core::events::fmt::bytes;
 use neuronlab_core::paths::{cache_root, CacheDir};
 use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_sandbox::grants::Access;
 
 /// The on-disk caches `%cache` manages. The root also holds the sessions' cell builds, which
 /// `%cache` leaves alone.
@@ -93,6 +94,65 @@ fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
             Some((e.path(), meta.len()))
         })
         .collect()
+}
+
+/// `%dir [PATH [--rw]]`: lists the granted folders, or grants one to the session's guests.
+pub fn dir(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    let rw = words.contains(&"--rw");
+    if let Some(option) = words.iter().find(|w| w.starts_with('-') && **w != "--rw") {
+        return usage_error(
+            out,
+            "dir",
+            &format!("unknown option {option}; the option is --rw"),
+        );
+    }
+    // The rest is the path, spaces and all.
+    let path = words
+        .iter()
+        .filter(|w| **w != "--rw")
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if path.is_empty() {
+        if rw {
+            return usage_error(out, "dir", "give the folder to grant read-write");
+        }
+        let grants = s.shared.files.list();
+        let mut table = Table::new(&["name", "access", "folder"]);
+        for g in &grants {
+            table.push(vec![
+                g.name.clone(),
+                g.access.name().to_string(),
+                g.root.display().to_string(),
+            ]);
+        }
+        let note = if grants.is_empty() {
+            "no folder is granted: guests have no files; %dir PATH [--rw] grants one"
+        } else {
+            "guests address files as NAME/relative/path"
+        };
+        out(Output::Display(table.bundle(note)));
+        return Outcome::Ok;
+    }
+    let access = if rw {
+        Access::ReadWrite
+    } else {
+        Access::ReadOnly
+    };
+    match s.grant_folder(Path::new(&path), access) {
+        Ok(g) => {
+            out(Output::Stdout(format!(
+                "granted {} as `{}` ({}): guests address its files as {}/relative/path\n",
+                g.root.display(),
+                g.name,
+                g.access.name(),
+                g.name
+            )));
+            Outcome::Ok
+        }
+        Err(e) => fail(out, CellError::new("MagicError", format!("%dir: {e}"))),
+    }
 }
 
 /// `%reset`: forgets the variables, kept items, loaded modules, explanations and events.
