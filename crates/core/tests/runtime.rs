@@ -486,3 +486,27 @@ fn shape_arithmetic_that_would_wrap_is_an_error_naming_the_op() {
     .unwrap_err();
     assert!(e.to_string().contains("overflows"), "{e}");
 }
+
+#[test]
+fn reductions_over_an_empty_dim_give_their_identity() {
+    let rt = rt();
+    // [2, 0]: every row is empty, and its offset points past the empty storage.
+    let x = rt
+        .call1("zeros", &[], &Attrs::new().with("shape", vec![2i64, 0]))
+        .unwrap();
+    let dims = Attrs::new().with("dims", vec![1i64]);
+    let sum = rt.call1("sum", &[&x], &dims).unwrap();
+    assert_eq!(sum.shape(), &[2]);
+    assert_eq!(sum.to_vec::<f32>(), vec![0.0, 0.0]);
+    let t = rt
+        .call1(
+            "transpose",
+            &[&x],
+            &Attrs::new().with("dim0", 0).with("dim1", 1),
+        )
+        .unwrap();
+    let prod = rt
+        .call1("prod", &[&t], &Attrs::new().with("dims", vec![0i64]))
+        .unwrap();
+    assert_eq!(prod.to_vec::<f32>(), vec![1.0, 1.0]);
+}

@@ -62,7 +62,10 @@ fn reduce_rows<T: Element, U: Send>(
     let data = x.data::<T>();
     // Each output costs a row of work: parallel when the rows add up, not the outputs.
     strided::map_weighted(&outer_shape, [&outer_strides], [l.offset], n, |[o]| {
-        if run {
+        if n == 0 {
+            // An empty row: its offset may lie past an empty storage.
+            f(&[])
+        } else if run {
             f(&data[o..o + n])
         } else {
             let mut row = Vec::with_capacity(n);
