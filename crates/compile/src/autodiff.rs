@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use neuronlab_core::autograd::derivatives::{self, Derivative, OpBackward, OpCalls};
+use neuronlab_core::autograd::errors;
 use neuronlab_core::device::topology::CoreId;
 use neuronlab_core::ops::attrs::{Attrs, ResolvedAttrs};
 use neuronlab_core::ops::Registry;
@@ -74,13 +75,7 @@ impl Tape {
         match derivatives::of(node.name()) {
             Some(Derivative::Vjp { .. }) => {}
             Some(Derivative::NotDifferentiable) => return Ok(()),
-            None => {
-                return Err(Error::Autograd(format!(
-                    "{} has no derivative in the table of backward formulas; \
-                     run it under no_grad or on detached inputs",
-                    node.name()
-                )))
-            }
+            None => return Err(errors::no_formula(node.name())),
         }
         self.taped[n] = true;
         for &out in &node.outputs {
@@ -103,14 +98,10 @@ impl Tape {
         retain_graph: bool,
     ) -> Result<Vec<Option<ValueId>>> {
         if roots.is_empty() {
-            return Err(Error::Autograd("backward needs at least one tensor".into()));
+            return Err(errors::no_roots());
         }
         if seeds.len() != roots.len() {
-            return Err(Error::Autograd(format!(
-                "{} tensors but {} gradients: give one gradient (or none) per tensor",
-                roots.len(),
-                seeds.len()
-            )));
+            return Err(errors::root_count(roots.len(), seeds.len()));
         }
         let previous = graph.set_part(Part::Backward);
         let walked = self.walk(graph, roots, seeds);
@@ -135,11 +126,7 @@ impl Tape {
         let mut cotangents: HashMap<ValueId, ValueId> = HashMap::new();
         for (i, (&root, seed)) in roots.iter().zip(seeds).enumerate() {
             if !self.requires(root) {
-                return Err(Error::Autograd(format!(
-                    "tensor {i} ({}) does not require a gradient: nothing it was computed from \
-                     was marked with requires_grad, or it was computed under no_grad",
-                    tracer.meta(root)
-                )));
+                return Err(errors::root_not_required(i, &tracer.meta(root)));
             }
             let g = tracer.seed(root, *seed)?;
             tracer.deliver(&mut cotangents, root, g)?;
@@ -155,12 +142,7 @@ impl Tape {
                 continue;
             }
             if self.freed[n] {
-                return Err(Error::Autograd(format!(
-                    "backward through {} a second time: the first backward freed the tensors \
-                     it saved; pass retain_graph=true to the first backward to run backward \
-                     through the graph again",
-                    node.name()
-                )));
+                return Err(errors::freed(node.name()));
             }
             let Some(Derivative::Vjp { saves, vjp }) = derivatives::of(node.name()) else {
                 continue;
@@ -270,10 +252,9 @@ impl<'g> Tracer<'g> {
     fn seed(&self, root: ValueId, given: Option<ValueId>) -> Result<ValueId> {
         let meta = self.meta(root);
         match given {
-            Some(g) if self.meta(g).shape != meta.shape => Err(Error::Autograd(format!(
-                "the gradient {} does not match the shape of its tensor {meta}",
-                self.meta(g)
-            ))),
+            Some(g) if self.meta(g).shape != meta.shape => {
+                Err(errors::seed_shape(&self.meta(g), &meta))
+            }
             Some(g) => Ok(g),
             None if meta.numel() == 1 => {
                 let shape: Vec<i64> = meta.shape.iter().map(|&d| d as i64).collect();
@@ -283,11 +264,7 @@ impl<'g> Tracer<'g> {
                     .with("dtype", meta.dtype);
                 self.node("full", &[], &attrs)
             }
-            None => Err(Error::Autograd(format!(
-                "backward of {meta} needs a gradient of that shape: only a one-element \
-                 tensor's gradient is implicitly 1 (reduce it to a scalar loss, e.g. with sum \
-                 or mean, or pass the gradient)"
-            ))),
+            None => Err(errors::seed_needed(&meta)),
         }
     }
 

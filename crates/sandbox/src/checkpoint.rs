@@ -88,6 +88,22 @@ struct Entry {
     len: u64,
 }
 
+impl Entry {
+    /// A header's tensor `(name, dtype, shape, start, end)`, its offsets relative to the data
+    /// that begins at `data_start` in `file`.
+    fn new(tensor: (String, DType, Vec<usize>, u64, u64), file: &Path, data_start: u64) -> Entry {
+        let (name, dtype, shape, start, end) = tensor;
+        Entry {
+            name,
+            dtype,
+            shape,
+            file: file.to_path_buf(),
+            start: data_start + start,
+            len: end - start,
+        }
+    }
+}
+
 /// A checkpoint's headers, read and checked: its tensors' names, dtypes and shapes, and its
 /// metadata. [`Contents::load`] reads the data.
 #[derive(Clone, Debug)]
@@ -438,14 +454,7 @@ pub fn inspect(path: &str, resolve: Resolve) -> Result<Contents, CheckpointError
         let entries = header
             .tensors
             .into_iter()
-            .map(|(name, dtype, shape, start, end)| Entry {
-                name,
-                dtype,
-                shape,
-                file: host.clone(),
-                start: data_start + start,
-                len: end - start,
-            })
+            .map(|t| Entry::new(t, &host, data_start))
             .collect();
         return Ok(sorted(path, entries, header.metadata));
     };
@@ -542,20 +551,14 @@ fn inspect_sharded(
         };
         let host = resolve(&shard, Need::Read).map_err(file_error)?;
         let (header, data_start) = read_file_header(&host, &shard)?;
-        for (name, dtype, shape, start, end) in header.tensors {
-            if !names.contains(&name) {
+        for tensor in header.tensors {
+            if !names.contains(&tensor.0) {
                 return Err(bad(format!(
-                    "`{shard}` holds tensor `{name}`, which `weight_map` does not put there"
+                    "`{shard}` holds tensor `{}`, which `weight_map` does not put there",
+                    tensor.0
                 )));
             }
-            entries.push(Entry {
-                name,
-                dtype,
-                shape,
-                file: host.clone(),
-                start: data_start + start,
-                len: end - start,
-            });
+            entries.push(Entry::new(tensor, &host, data_start));
         }
         if let Some(missing) = names
             .iter()

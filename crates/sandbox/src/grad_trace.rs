@@ -14,6 +14,7 @@ use neuronlab_compile::autodiff::Tape;
 use neuronlab_compile::captures::{Access, Captured, Effect, Guard, Slot, TensorState};
 use neuronlab_compile::graph::{Part, ValueId};
 use neuronlab_compile::recorder::{tensor_key, Recorder, TensorKey};
+use neuronlab_core::autograd::errors;
 use neuronlab_core::ops::{Attrs, Registry};
 use neuronlab_core::tensor::Tensor;
 
@@ -309,14 +310,7 @@ impl GradTrace {
     ) -> HostResult<Vec<ValueId>> {
         for (i, &v) in inputs.iter().enumerate() {
             if !self.tape.requires(v) {
-                return Err(Fail(
-                    ErrorCode::Grad,
-                    format!(
-                        "input {i} ({}) does not require a gradient, so none can be taken with \
-                         respect to it; mark it with requires_grad before computing the outputs",
-                        recorder.graph().meta(v)
-                    ),
-                ));
+                return Err(errors::input_not_required(i, recorder.graph().meta(v)).into());
             }
         }
         let grads =
@@ -326,16 +320,7 @@ impl GradTrace {
             .into_iter()
             .enumerate()
             .map(|(i, g)| {
-                g.ok_or_else(|| {
-                    Fail(
-                        ErrorCode::Grad,
-                        format!(
-                            "input {i} ({}) was not used to compute the outputs, so it has no \
-                             gradient",
-                            recorder.graph().meta(inputs[i])
-                        ),
-                    )
-                })
+                g.ok_or_else(|| errors::input_unused(i, recorder.graph().meta(inputs[i])).into())
             })
             .collect()
     }

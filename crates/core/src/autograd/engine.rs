@@ -10,8 +10,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::as_backward;
 use super::derivatives::{self, OpBackward, OpCalls};
+use super::{as_backward, errors};
 use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
 use crate::ops::attrs::Attrs;
@@ -72,14 +72,7 @@ pub fn grad(
         for (i, t) in inputs.iter().enumerate() {
             match t.grad_edge() {
                 Some(edge) => wanted.push(edge.key()),
-                None => {
-                    return Err(Error::Autograd(format!(
-                        "input {i} ({}) does not require a gradient, so none can be taken \
-                         with respect to it; mark it with requires_grad before computing \
-                         the outputs",
-                        t.meta()
-                    )))
-                }
+                None => return Err(errors::input_not_required(i, &t.meta())),
             }
         }
         let walk = walk(rt, outputs, grad_outputs, &wanted)?;
@@ -87,13 +80,10 @@ pub fn grad(
             .iter()
             .enumerate()
             .map(|(i, key)| {
-                walk.captured.get(key).cloned().ok_or_else(|| {
-                    Error::Autograd(format!(
-                        "input {i} ({}) was not used to compute the outputs, so it has no \
-                         gradient",
-                        inputs[i].meta()
-                    ))
-                })
+                walk.captured
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| errors::input_unused(i, &inputs[i].meta()))
             })
             .collect::<Result<Vec<_>>>()?;
         finish(&walk.nodes, retain_graph);
@@ -124,27 +114,19 @@ fn walk(
     wanted: &[(usize, usize)],
 ) -> Result<Walk> {
     if roots.is_empty() {
-        return Err(Error::Autograd("backward needs at least one tensor".into()));
+        return Err(errors::no_roots());
     }
     if grads.len() != roots.len() {
-        return Err(Error::Autograd(format!(
-            "{} tensors but {} gradients: give one gradient (or none) per tensor",
-            roots.len(),
-            grads.len()
-        )));
+        return Err(errors::root_count(roots.len(), grads.len()));
     }
     let wanted: HashSet<(usize, usize)> = wanted.iter().copied().collect();
     let mut pending: HashMap<(usize, usize), Tensor> = HashMap::new();
     let mut leaves: HashMap<(usize, usize), (Arc<Leaf>, Tensor)> = HashMap::new();
     let mut roots_nodes = Vec::new();
     for (i, (root, given)) in roots.iter().zip(grads).enumerate() {
-        let edge = root.grad_edge().ok_or_else(|| {
-            Error::Autograd(format!(
-                "tensor {i} ({}) does not require a gradient: nothing it was computed from \
-                 was marked with requires_grad, or it was computed under no_grad",
-                root.meta()
-            ))
-        })?;
+        let edge = root
+            .grad_edge()
+            .ok_or_else(|| errors::root_not_required(i, &root.meta()))?;
         let g = root_grad(rt, root, given.as_ref())?;
         deliver(rt, edge, g, &mut pending, &mut leaves)?;
         if let GradEdge::Node { node, .. } = edge {
@@ -157,12 +139,7 @@ fn walk(
         let ptr = Arc::as_ptr(node) as usize;
         let state = node.state();
         let Some(state) = state.as_ref() else {
-            return Err(Error::Autograd(format!(
-                "backward through {} a second time: the first backward freed the tensors it \
-                 saved; pass retain_graph=true to the first backward to run backward through \
-                 the graph again",
-                node.name
-            )));
+            return Err(errors::freed(node.name));
         };
         let state: &OpBackward = state.downcast_ref().ok_or_else(|| {
             Error::Invalid(format!(
@@ -211,11 +188,7 @@ fn walk(
 /// for a one-element root.
 fn root_grad(rt: &Runtime, root: &Tensor, given: Option<&Tensor>) -> Result<Tensor> {
     match given {
-        Some(g) if g.shape() != root.shape() => Err(Error::Autograd(format!(
-            "the gradient {} does not match the shape of its tensor {}",
-            g.meta(),
-            root.meta()
-        ))),
+        Some(g) if g.shape() != root.shape() => Err(errors::seed_shape(&g.meta(), &root.meta())),
         Some(g) if g.device() != root.device() => Err(Error::Autograd(format!(
             "the gradient is on {} but its tensor on {}",
             g.device(),
@@ -230,12 +203,7 @@ fn root_grad(rt: &Runtime, root: &Tensor, given: Option<&Tensor>) -> Result<Tens
                 .with("dtype", root.dtype());
             rt.call_op("full", &[], attrs, root.device())
         }
-        None => Err(Error::Autograd(format!(
-            "backward of {} needs a gradient of that shape: only a one-element tensor's \
-             gradient is implicitly 1 (reduce it to a scalar loss, e.g. with sum or mean, \
-             or pass the gradient)",
-            root.meta()
-        ))),
+        None => Err(errors::seed_needed(&root.meta())),
     }
 }
 

@@ -18,6 +18,7 @@
 
 pub mod derivatives;
 pub mod engine;
+pub mod errors;
 mod record;
 
 use std::cell::Cell;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::derivatives::{self, Derivative, OpBackward};
 use super::is_grad_enabled;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::attrs::ResolvedAttrs;
 use crate::ops::registry::OpDef;
 use crate::runtime::Runtime;
@@ -28,13 +28,7 @@ pub(crate) fn record(
     let (saves, vjp) = match derivatives::of(def.name) {
         Some(Derivative::Vjp { saves, vjp }) => (*saves, *vjp),
         Some(Derivative::NotDifferentiable) => return Ok(outputs),
-        None => {
-            return Err(Error::Autograd(format!(
-                "{} has no derivative in the table of backward formulas; \
-                 run it under no_grad or on detached inputs",
-                def.name
-            )))
-        }
+        None => return Err(super::errors::no_formula(def.name)),
     };
     if !outputs.iter().any(|o| o.dtype().is_float()) {
         return Ok(outputs);
