@@ -74,6 +74,8 @@ mod dtype;
 mod entry;
 mod error;
 pub mod fs;
+mod json;
+pub mod nn;
 mod op;
 pub mod ops;
 pub mod optim;
