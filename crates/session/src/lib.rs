@@ -404,21 +404,20 @@ struct CellEvents {
     device_work: bool,
 }
 
-/// A runtime with `options` whose events `logs` selects become log lines of the running cell.
+/// A runtime with `options` whose warnings and the events `logs` selects become log lines of
+/// the running cell.
 fn new_runtime(
     options: RuntimeOptions,
     logs: &LogFilter,
     router: &router::OutputRouter,
 ) -> Arc<Runtime> {
     let runtime = Runtime::new(options);
-    if !logs.is_empty() {
-        let (logs, router) = (logs.clone(), router.clone());
-        runtime.bus().subscribe(Box::new(move |event| {
-            if let Some(line) = logs.line(event) {
-                router.log(line);
-            }
-        }));
-    }
+    let (logs, router) = (logs.clone(), router.clone());
+    runtime.bus().subscribe(Box::new(move |event| {
+        if let Some(line) = logs.line(event) {
+            router.log(line);
+        }
+    }));
     Arc::new(runtime)
 }
 

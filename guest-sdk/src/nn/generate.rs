@@ -285,7 +285,21 @@ impl LlamaForCausalLM {
                 )
             }
         };
-        let options = || CompileOptions::new().recompile_limit(config.recompile_limit);
+        let mut names = vec![
+            "input_ids".to_string(),
+            "cache_position".to_string(),
+            "last_index".to_string(),
+        ];
+        for layer in 0..layers {
+            names.push(format!("past_key_values.{layer}.key"));
+            names.push(format!("past_key_values.{layer}.value"));
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let options = || {
+            CompileOptions::new()
+                .recompile_limit(config.recompile_limit)
+                .input_names(&names)
+        };
         let step = |args: &[Tensor]| self.step(kind, args);
         let compiled = |name: &str| -> Result<Option<Compiled<'_>>> {
             if config.compile {

@@ -39,9 +39,8 @@ impl StateDict {
             Error::new(
                 ErrorKind::Invalid,
                 format!(
-                    "`{}` has no tensor `{name}` (expected shape {shape:?}); it holds {} tensors{}",
+                    "`{}` has no tensor `{name}` (expected shape {shape:?}){}",
                     self.source,
-                    self.tensors.len(),
                     near_names(self.tensors.keys(), name)
                 ),
             )
@@ -93,6 +92,6 @@ fn near_names<'a>(names: impl Iterator<Item = &'a String>, name: &str) -> String
     if near.is_empty() {
         String::new()
     } else {
-        format!(", such as {}", near.join(", "))
+        format!("; tensors of that kind it still holds: {}", near.join(", "))
     }
 }

@@ -2,7 +2,7 @@
 //! each matching event as one line while it happens. [`TOPICS`] is the one table of topics:
 //! parsing and the events each selects read it.
 
-use super::event::{CacheSource, Event, EventKind, MemoryAction};
+use super::event::{CacheSource, Event, EventKind, LogLevel, MemoryAction};
 use super::fmt::{bytes, duration, duration_us};
 
 /// One `NEURONLAB_LOGS` topic: its name, what it prints, and which events it selects.
@@ -114,17 +114,21 @@ impl LogFilter {
         }
     }
 
-    /// True when no topic is selected.
-    pub fn is_empty(&self) -> bool {
-        self.topics.is_empty()
-    }
-
-    /// The log line for `event`, when a selected topic selects it.
+    /// The log line for `event`, when a selected topic selects it or it is a warning:
+    /// warnings print whatever the topics are, as Python's warnings do.
     pub fn line(&self, event: &Event) -> Option<String> {
-        let selected = TOPICS
-            .iter()
-            .filter(|t| self.topics.contains(&t.name))
-            .any(|t| (t.selects)(&event.kind));
+        let warning = matches!(
+            event.kind,
+            EventKind::Log {
+                level: LogLevel::Warn,
+                ..
+            }
+        );
+        let selected = warning
+            || TOPICS
+                .iter()
+                .filter(|t| self.topics.contains(&t.name))
+                .any(|t| (t.selects)(&event.kind));
         selected.then(|| line(event))
     }
 }
@@ -214,6 +218,7 @@ fn line(event: &Event) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::CoreId;
 
     #[test]
     fn topics_are_checked() {
@@ -223,6 +228,26 @@ mod tests {
             e.contains("unknown topic 'recompile'") && e.contains("recompiles"),
             "{e}"
         );
-        assert!(LogFilter::parse("").unwrap().is_empty());
+        assert_eq!(LogFilter::parse("").unwrap(), LogFilter::default());
+    }
+
+    #[test]
+    fn warnings_print_without_a_topic() {
+        let event = |level| Event {
+            seq: 0,
+            ts_us: 0.0,
+            core: CoreId(0),
+            kind: EventKind::Log {
+                level,
+                target: "recompiles".into(),
+                message: "m".into(),
+            },
+        };
+        let none = LogFilter::default();
+        assert_eq!(
+            none.line(&event(LogLevel::Warn)).as_deref(),
+            Some("[recompiles] warn: m")
+        );
+        assert_eq!(none.line(&event(LogLevel::Info)), None);
     }
 }

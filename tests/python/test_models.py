@@ -1,0 +1,207 @@
+"""End-to-end: Llama-family causal LMs loaded from Hub-style checkpoint folders by the
+`generate` experiment (a real wasm guest on `neuronlab run`), checked against an independent
+numpy Llama (tests/python/llama_reference.py) on random tiny checkpoints written with Python's
+safetensors package.
+
+Each step's next-token logits (`--dump`) are compared with the reference's logits for the
+same sequence, for several configs (grouped-query and not, tied and untied embeddings, odd
+sizes, an explicit head_dim, llama3 rope scaling, a sharded folder), in f32 and bf16, with a
+static and a dynamic cache. Tolerances: f32 logits within 2e-5 of the reference (both sides
+compute in f32 or better; logits are O(1)); bf16 within 6% of the logits' scale plus argmax
+agreement where the reference's top two differ by more than that (every op rounds to bf16,
+and the two sides may round at different points in an accumulation).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import llama_reference as ref
+from test_experiments import module, run
+
+CONFIGS = {
+    "gqa": ref.config(),
+    "mha-tied": ref.config(
+        vocab_size=128, hidden_size=48, intermediate_size=100, num_hidden_layers=3,
+        num_attention_heads=3, num_key_value_heads=3, tie_word_embeddings=True,
+    ),
+    "mqa-odd-head-dim": ref.config(
+        vocab_size=61, hidden_size=40, intermediate_size=70, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=6, rms_norm_eps=1e-6, rope_theta=500000.0,
+    ),
+    "llama3-rope": ref.config(
+        rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8,
+        },
+    ),
+}
+
+
+def generate(folder: Path, out: Path, *args: str) -> tuple[str, list[int]]:
+    """Runs the generate experiment on `folder`; its output (stdout, then stderr) and the
+    generated tokens."""
+    r = run(module("generate"), "--dir", str(folder), "--dir-rw", str(out), "--", *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"^tokens: ([\d,]*)$", r.stdout, re.M)
+    assert m, r.stdout
+    return r.stdout + r.stderr, [int(t) for t in m.group(1).split(",") if t]
+
+
+def compiles(stdout: str, part: str) -> dict[str, int]:
+    m = re.search(
+        rf"^{part} \((\w+) cache\): (\d+) calls, (\d+) compile\(s\), (\d+) cache hits, (\d+) eager calls$",
+        stdout, re.M,
+    )
+    assert m, stdout
+    return dict(zip(["calls", "compiles", "cache_hits", "eager_calls"], map(int, m.groups()[1:])))
+
+
+def check_against_reference(c, weights, dtype, prompt, tokens, dumped):
+    """Teacher-forced on our tokens: each step's logits against the reference's."""
+    seq = list(prompt)
+    assert len(dumped) == len(tokens)
+    for step, token in enumerate(tokens):
+        expected = ref.logits(c, weights, seq, dtype)[-1]
+        got = dumped[f"step.{step}"]
+        assert got.dtype == np.float32 and got.shape == (c["vocab_size"],)
+        if dtype == "f32":
+            np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5, err_msg=f"step {step}")
+            assert token == int(np.argmax(got))
+        else:
+            scale = float(np.abs(expected).max())
+            np.testing.assert_allclose(got, expected, rtol=0, atol=0.06 * scale, err_msg=f"step {step}")
+            top2 = np.sort(expected)[-2:]
+            if top2[1] - top2[0] > 0.06 * scale:
+                assert token == int(np.argmax(expected)), f"step {step}"
+        seq.append(token)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_logits_match_the_numpy_reference(tmp_path, name, dtype):
+    c = CONFIGS[name]
+    seed = sorted(CONFIGS).index(name) * 10 + (dtype == "bf16")
+    weights = ref.random_weights(c, seed)
+    folder = tmp_path / "tiny-llama"
+    # One config goes as a sharded folder with an index.
+    ref.write_folder(folder, c, weights, dtype, shard_bytes=20000 if name == "gqa" else 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    rng = np.random.default_rng(seed)
+    prompt = [int(t) for t in rng.integers(0, c["vocab_size"], size=int(rng.integers(1, 9)))]
+    results = {}
+    for cache in ["static", "dynamic"]:
+        stdout, tokens = generate(
+            folder, out, "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "5",
+            "--cache", cache, "--dump", f"out/{cache}.safetensors",
+        )
+        assert len(tokens) == 5 or tokens[-1] == c["eos_token_id"], stdout
+        check_against_reference(c, weights, dtype, prompt, tokens, load_file(out / f"{cache}.safetensors"))
+        results[cache] = tokens
+    assert results["static"] == results["dynamic"]
+
+
+def test_a_prompt_across_a_bucket_boundary_matches_the_reference(tmp_path):
+    """A 130-token prompt pads to a 256-token prefill bucket in the static cache."""
+    c = CONFIGS["gqa"]
+    weights = ref.random_weights(c, 7)
+    ref.write_folder(tmp_path / "m", c, weights, "f32")
+    (tmp_path / "out").mkdir()
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, c["vocab_size"], size=130)]
+    stdout, tokens = generate(
+        tmp_path / "m", tmp_path / "out", "--prompt-ids", ",".join(map(str, prompt)),
+        "--max-new-tokens", "3", "--cache", "static", "--dump", "out/l.safetensors",
+    )
+    check_against_reference(c, weights, "f32", prompt, tokens, load_file(tmp_path / "out" / "l.safetensors"))
+    assert compiles(stdout, "decode")["compiles"] == 1
+
+
+def test_static_compiles_once_and_dynamic_recompiles_per_token(tmp_path):
+    c = CONFIGS["gqa"]
+    ref.write_folder(tmp_path / "m", c, ref.random_weights(c, 3), "f32")
+    (tmp_path / "out").mkdir()
+    outs = {}
+    for cache in ["static", "dynamic"]:
+        stdout, tokens = generate(
+            tmp_path / "m", tmp_path / "out", "--prompt-ids", "1,5,9,3", "--max-new-tokens", "12",
+            "--cache", cache,
+        )
+        outs[cache] = (stdout, tokens)
+    static, dynamic = outs["static"][0], outs["dynamic"][0]
+    assert outs["static"][1] == outs["dynamic"][1]
+    assert len(outs["static"][1]) == 12
+    assert compiles(static, "prefill") == {"calls": 1, "compiles": 1, "cache_hits": 0, "eager_calls": 0}
+    assert compiles(static, "decode") == {"calls": 11, "compiles": 1, "cache_hits": 10, "eager_calls": 0}
+    # Every decode step is a new cache length: the first compile, 8 recompiles (the limit),
+    # then eager calls.
+    assert compiles(dynamic, "decode") == {"calls": 11, "compiles": 9, "cache_hits": 0, "eager_calls": 2}
+    assert "'decode (dynamic cache)' reached its recompile limit (8); it runs eagerly" in dynamic
+    assert "input 3 'past_key_values.0.key' shape changed" in dynamic
+    assert "recompile limit" not in static
+
+
+def test_seeded_sampling_is_reproducible_and_top_k_1_is_greedy(tmp_path):
+    c = CONFIGS["mha-tied"]
+    ref.write_folder(tmp_path / "m", c, ref.random_weights(c, 5), "f32")
+    (tmp_path / "out").mkdir()
+    args = ["--prompt-ids", "4,8,15", "--max-new-tokens", "10"]
+
+    def tokens(*extra):
+        return generate(tmp_path / "m", tmp_path / "out", *args, *extra)[1]
+
+    sampled = tokens("--sample", "--temperature", "1.5", "--top-p", "0.95", "--seed", "11")
+    assert sampled == tokens("--sample", "--temperature", "1.5", "--top-p", "0.95", "--seed", "11")
+    assert sampled == tokens(
+        "--sample", "--temperature", "1.5", "--top-p", "0.95", "--seed", "11", "--cache", "dynamic"
+    )
+    others = [tokens("--sample", "--temperature", "1.5", "--seed", str(s)) for s in range(12, 16)]
+    assert any(o != sampled for o in others)
+    assert tokens("--sample", "--top-k", "1", "--seed", "3") == tokens()
+
+
+def failing(folder: Path, out: Path, *args: str) -> str:
+    r = run(module("generate"), "--dir", str(folder), "--dir-rw", str(out), "--", *args)
+    assert r.returncode != 0, r.stdout
+    text = r.stdout + r.stderr
+    assert "error: ERR_" in text and "host panic" not in text, text
+    return text
+
+
+def test_bad_checkpoints_and_arguments_are_clear_errors(tmp_path):
+    c = CONFIGS["gqa"]
+    weights = ref.random_weights(c, 2)
+    (tmp_path / "out").mkdir()
+    prompt = ["--prompt-ids", "1,2,3", "--max-new-tokens", "2"]
+
+    missing = {k: v for k, v in weights.items() if k != "model.layers.1.mlp.up_proj.weight"}
+    ref.write_folder(tmp_path / "missing", c, missing, "f32")
+    text = failing(tmp_path / "missing", tmp_path / "out", *prompt)
+    assert "model.layers.1.mlp.up_proj.weight" in text and "expected shape [88, 64]" in text
+
+    ref.write_folder(tmp_path / "shape", {**c, "intermediate_size": 90}, weights, "f32")
+    assert "has shape [88, 64], but the config gives [90, 64]" in failing(tmp_path / "shape", tmp_path / "out", *prompt)
+
+    extra = {**weights, "model.layers.9.extra.weight": np.zeros(3, np.float32)}
+    ref.write_folder(tmp_path / "extra", c, extra, "f32")
+    assert "model.layers.9.extra.weight" in failing(tmp_path / "extra", tmp_path / "out", *prompt)
+
+    ref.write_folder(tmp_path / "config", c, weights, "f32")
+    (tmp_path / "config" / "config.json").write_text(json.dumps({**c, "hidden_size": "big"}))
+    assert "`hidden_size` must be an integer" in failing(tmp_path / "config", tmp_path / "out", *prompt)
+    (tmp_path / "config" / "config.json").write_text('{"hidden_size": 64,')
+    assert "config.json is not valid JSON" in failing(tmp_path / "config", tmp_path / "out", *prompt)
+
+    ref.write_folder(tmp_path / "ok", c, weights, "f32")
+    assert "outside the vocabulary" in failing(tmp_path / "ok", tmp_path / "out", "--prompt-ids", "1,500")
+    assert "fewer than the prompt" in failing(
+        tmp_path / "ok", tmp_path / "out", *prompt[:2], "--max-new-tokens", "300", "--max-cache-len", "128"
+    )
+    assert "unknown argument `--bogus`" in failing(tmp_path / "ok", tmp_path / "out", *prompt, "--bogus")
