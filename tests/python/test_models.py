@@ -148,6 +148,27 @@ def test_static_compiles_once_and_dynamic_recompiles_per_token(tmp_path):
     assert "recompile limit" not in static
 
 
+def test_prefill_compiles_once_per_128_token_bucket(tmp_path):
+    """Prompts of 5 and 100 tokens share the 128 bucket; 130 tokens needs the 256 one. One
+    static cache length serves all three, so decode compiles once."""
+    c = CONFIGS["gqa"]
+    weights = ref.random_weights(c, 9)
+    ref.write_folder(tmp_path / "m", c, weights, "f32")
+    (tmp_path / "out").mkdir()
+    rng = np.random.default_rng(9)
+    prompts = [[int(t) for t in rng.integers(3, c["vocab_size"], size=n)] for n in (5, 100, 130)]
+    args = [a for p in prompts for a in ("--prompt-ids", ",".join(map(str, p)))]
+    stdout, _ = generate(tmp_path / "m", tmp_path / "out", *args, "--max-new-tokens", "3", "--dump", "out/l.safetensors")
+    assert compiles(stdout, "prefill") == {"calls": 3, "compiles": 2, "cache_hits": 1, "eager_calls": 0}
+    assert compiles(stdout, "decode") == {"calls": 6, "compiles": 1, "cache_hits": 5, "eager_calls": 0}
+    dumped = load_file(tmp_path / "out" / "l.safetensors")
+    lines = re.findall(r"^tokens: ([\d,]*)$", stdout, re.M)
+    for p, (prompt, line) in enumerate(zip(prompts, lines)):
+        tokens = [int(t) for t in line.split(",")]
+        steps = {f"step.{i}": dumped[f"prompt.{p}.step.{i}"] for i in range(len(tokens))}
+        check_against_reference(c, weights, "f32", prompt, tokens, steps)
+
+
 def test_seeded_sampling_is_reproducible_and_top_k_1_is_greedy(tmp_path):
     c = CONFIGS["mha-tied"]
     ref.write_folder(tmp_path / "m", c, ref.random_weights(c, 5), "f32")

@@ -73,17 +73,15 @@ impl GenerationConfig {
     }
 }
 
-/// What [`generate`](LlamaForCausalLM::generate) produced.
+/// What one generation produced.
 pub struct GenerationOutput {
     /// The generated tokens (not the prompt), ending with an eos token if one was drawn.
     pub tokens: Vec<i64>,
     /// Each step's logits for the next token, `[vocab]` f32, when `keep_logits` was set.
     pub logits: Vec<Tensor>,
-    /// The prefill function's compile statistics (`None` when not compiled).
-    pub prefill: Option<CompileStats>,
-    /// The decode function's compile statistics (`None` when not compiled or no decode step
-    /// ran).
-    pub decode: Option<CompileStats>,
+    /// After each token, the compiles of the prefill and decode functions so far, together
+    /// (all zero when not compiled).
+    pub compiles_per_token: Vec<u64>,
 }
 
 /// Picks the next token from logits: greedy, or seeded sampling after temperature, top-k and
@@ -195,6 +193,186 @@ fn index(value: i64) -> Result<Tensor> {
     scalar(value as f64, DType::I64)
 }
 
+/// Generation with one model and one [`GenerationConfig`], its compiled prefill and decode
+/// steps kept across calls: prompts in one prefill bucket reuse one prefill program, and
+/// with a static cache every decode step of every call reuses one decode program.
+pub struct Generator<'m> {
+    model: &'m LlamaForCausalLM,
+    config: GenerationConfig,
+    prefill: Option<Compiled<'m>>,
+    decode: Option<Compiled<'m>>,
+    /// The static cache's length, fixed by the first call unless the config gives it.
+    cache_len: Option<i64>,
+}
+
+impl<'m> Generator<'m> {
+    /// A generator for `model`; compiles nothing until the first call.
+    pub fn new(model: &'m LlamaForCausalLM, config: &GenerationConfig) -> Result<Generator<'m>> {
+        Sampler::new(config)?;
+        if config.prefill_bucket <= 0 {
+            return Err(invalid(format!(
+                "prefill_bucket must be positive, not {}",
+                config.prefill_bucket
+            )));
+        }
+        let (prefill, decode) = if config.compile {
+            let kind = config.cache;
+            let layers = model.model.layers.len();
+            let mut names = vec![
+                "input_ids".to_string(),
+                "cache_position".to_string(),
+                "last_index".to_string(),
+            ];
+            for layer in 0..layers {
+                names.push(format!("past_key_values.{layer}.key"));
+                names.push(format!("past_key_values.{layer}.value"));
+            }
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let options = || {
+                CompileOptions::new()
+                    .recompile_limit(config.recompile_limit)
+                    .input_names(&names)
+            };
+            let f = |name: &str| {
+                compile_with(
+                    &format!("{name} ({} cache)", kind.name()),
+                    move |args: &[Tensor]| model.step(kind, args),
+                    options(),
+                )
+            };
+            (Some(f("prefill")?), Some(f("decode")?))
+        } else {
+            (None, None)
+        };
+        Ok(Generator {
+            model,
+            config: config.clone(),
+            prefill,
+            decode,
+            cache_len: config.max_cache_len,
+        })
+    }
+
+    /// The prefill function's compile statistics so far (`None` when not compiled).
+    pub fn prefill_stats(&self) -> Result<Option<CompileStats>> {
+        self.prefill.as_ref().map(Compiled::stats).transpose()
+    }
+
+    /// The decode function's compile statistics so far (`None` when not compiled).
+    pub fn decode_stats(&self) -> Result<Option<CompileStats>> {
+        self.decode.as_ref().map(Compiled::stats).transpose()
+    }
+
+    /// The compiles of both functions so far.
+    fn compiles(&self) -> Result<u64> {
+        let count = |s: Option<CompileStats>| s.map_or(0, |s| s.compiles);
+        Ok(count(self.prefill_stats()?) + count(self.decode_stats()?))
+    }
+
+    /// Runs one step, compiled or eagerly.
+    fn run(&self, decode: bool, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+        match if decode { &self.decode } else { &self.prefill } {
+            Some(f) => f.call(args),
+            None => {
+                let owned: Vec<Tensor> =
+                    args.iter().map(|t| t.try_clone()).collect::<Result<_>>()?;
+                self.model.step(self.config.cache, &owned)
+            }
+        }
+    }
+
+    /// Generates up to `max_new_tokens` tokens after `prompt` (one sequence), under
+    /// `no_grad`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Invalid`] for an empty prompt, a token outside the vocabulary, or a static
+    /// cache too short for the prompt and the new tokens.
+    pub fn generate(&mut self, prompt: &[i64]) -> Result<GenerationOutput> {
+        no_grad(|| self.generate_inner(prompt))
+    }
+
+    fn generate_inner(&mut self, prompt: &[i64]) -> Result<GenerationOutput> {
+        let (model, config) = (self.model, self.config.clone());
+        let c = &model.config;
+        if prompt.is_empty() {
+            return Err(invalid(
+                "the prompt is empty: give at least one token".to_string(),
+            ));
+        }
+        if let Some(bad) = prompt.iter().find(|&&t| t < 0 || t >= c.vocab_size) {
+            return Err(invalid(format!(
+                "prompt token {bad} is outside the vocabulary (0..{})",
+                c.vocab_size
+            )));
+        }
+        let mut sampler = Sampler::new(&config)?;
+        let eos = config
+            .eos_token_id
+            .clone()
+            .unwrap_or_else(|| c.eos_token_id.clone());
+        let kind = config.cache;
+        let layers = model.model.layers.len();
+        let n = prompt.len() as i64;
+        let bucket = config.prefill_bucket;
+        let round_up = |x: i64| (x + bucket - 1) / bucket * bucket;
+        let (mut cache, prefill_len) = match kind {
+            CacheKind::Dynamic => (KvCache::dynamic(layers), n),
+            CacheKind::Static => {
+                let len = *self
+                    .cache_len
+                    .get_or_insert_with(|| round_up(n + config.max_new_tokens as i64));
+                if n + config.max_new_tokens as i64 > len {
+                    return Err(invalid(format!(
+                        "the static cache holds {len} tokens, fewer than the prompt ({n}) plus max_new_tokens ({})",
+                        config.max_new_tokens
+                    )));
+                }
+                let dtype = model.model.embed_tokens.weight.dtype();
+                let shape = [1, c.num_key_value_heads, len, c.head_dim];
+                (
+                    KvCache::new_static(layers, shape, dtype)?,
+                    round_up(n).min(len),
+                )
+            }
+        };
+
+        let mut ids: Vec<i64> = prompt.to_vec();
+        ids.resize(prefill_len as usize, 0);
+        let mut input = from_slice(&ids, &[1, prefill_len])?;
+        let mut position = 0;
+        let mut last = n - 1;
+        let mut out = GenerationOutput {
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            compiles_per_token: Vec::new(),
+        };
+        for step in 0..config.max_new_tokens {
+            let (pos, last_t) = (index(position)?, index(last)?);
+            let mut args: Vec<&Tensor> = vec![&input, &pos, &last_t];
+            args.extend(cache.tensors());
+            let mut results = self.run(step > 0, &args)?.into_iter();
+            let logits = results
+                .next()
+                .ok_or_else(|| invalid("a step returned nothing".to_string()))?;
+            cache = KvCache::from_tensors(kind, layers, &results.collect::<Vec<_>>())?;
+            let token = sampler.next_token(&logits.to_vec::<f32>()?);
+            out.tokens.push(token);
+            out.compiles_per_token.push(self.compiles()?);
+            if config.keep_logits {
+                out.logits.push(logits);
+            }
+            if eos.contains(&token) {
+                break;
+            }
+            position = n + step as i64;
+            last = 0;
+            input = from_slice(&[token], &[1, 1])?;
+        }
+        Ok(out)
+    }
+}
+
 impl LlamaForCausalLM {
     /// One generation step as a function of tensors: `[ids [1, seq], position, last, cache...]`
     /// to `[logits [vocab] f32 of the token at index last, cache...]`.
@@ -217,153 +395,12 @@ impl LlamaForCausalLM {
     }
 
     /// Generates up to `config.max_new_tokens` tokens after `prompt` (one sequence), under
-    /// `no_grad`.
+    /// `no_grad`, with a [`Generator`] made for this one call.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Invalid`] for an empty prompt, a token outside the vocabulary, a static
-    /// cache too short for the prompt and the new tokens, or a bad sampling setting.
+    /// As [`Generator::generate`], and [`ErrorKind::Invalid`] for a bad sampling setting.
     pub fn generate(&self, prompt: &[i64], config: &GenerationConfig) -> Result<GenerationOutput> {
-        no_grad(|| self.generate_inner(prompt, config))
-    }
-
-    fn generate_inner(
-        &self,
-        prompt: &[i64],
-        config: &GenerationConfig,
-    ) -> Result<GenerationOutput> {
-        let c = &self.config;
-        if prompt.is_empty() {
-            return Err(invalid(
-                "the prompt is empty: give at least one token".to_string(),
-            ));
-        }
-        if let Some(bad) = prompt.iter().find(|&&t| t < 0 || t >= c.vocab_size) {
-            return Err(invalid(format!(
-                "prompt token {bad} is outside the vocabulary (0..{})",
-                c.vocab_size
-            )));
-        }
-        if config.prefill_bucket <= 0 {
-            return Err(invalid(format!(
-                "prefill_bucket must be positive, not {}",
-                config.prefill_bucket
-            )));
-        }
-        let mut sampler = Sampler::new(config)?;
-        let eos = config
-            .eos_token_id
-            .clone()
-            .unwrap_or_else(|| c.eos_token_id.clone());
-        let kind = config.cache;
-        let layers = self.model.layers.len();
-        let n = prompt.len() as i64;
-        let round_up = |x: i64| {
-            (x + config.prefill_bucket - 1) / config.prefill_bucket * config.prefill_bucket
-        };
-        let (mut cache, prefill_len) = match kind {
-            CacheKind::Dynamic => (KvCache::dynamic(layers), n),
-            CacheKind::Static => {
-                let len = config
-                    .max_cache_len
-                    .unwrap_or_else(|| round_up(n + config.max_new_tokens as i64));
-                let bucket = round_up(n).min(len);
-                if n + config.max_new_tokens as i64 > len {
-                    return Err(invalid(format!(
-                        "the static cache holds {len} tokens, fewer than the prompt ({n}) plus max_new_tokens ({})",
-                        config.max_new_tokens
-                    )));
-                }
-                let dtype = self.model.embed_tokens.weight.dtype();
-                (
-                    KvCache::new_static(
-                        layers,
-                        [1, c.num_key_value_heads, len, c.head_dim],
-                        dtype,
-                    )?,
-                    bucket,
-                )
-            }
-        };
-        let mut names = vec![
-            "input_ids".to_string(),
-            "cache_position".to_string(),
-            "last_index".to_string(),
-        ];
-        for layer in 0..layers {
-            names.push(format!("past_key_values.{layer}.key"));
-            names.push(format!("past_key_values.{layer}.value"));
-        }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let options = || {
-            CompileOptions::new()
-                .recompile_limit(config.recompile_limit)
-                .input_names(&names)
-        };
-        let step = |args: &[Tensor]| self.step(kind, args);
-        let compiled = |name: &str| -> Result<Option<Compiled<'_>>> {
-            if config.compile {
-                Ok(Some(compile_with(
-                    &format!("{name} ({} cache)", kind.name()),
-                    step,
-                    options(),
-                )?))
-            } else {
-                Ok(None)
-            }
-        };
-        let prefill = compiled("prefill")?;
-        let decode = compiled("decode")?;
-        let run = |f: &Option<Compiled>, args: &[&Tensor]| -> Result<Vec<Tensor>> {
-            match f {
-                Some(f) => f.call(args),
-                None => {
-                    let owned: Vec<Tensor> =
-                        args.iter().map(|t| t.try_clone()).collect::<Result<_>>()?;
-                    step(&owned)
-                }
-            }
-        };
-
-        let mut ids: Vec<i64> = prompt.to_vec();
-        ids.resize(prefill_len as usize, 0);
-        let mut input = from_slice(&ids, &[1, prefill_len])?;
-        let mut position = 0;
-        let mut last = n - 1;
-        let mut out = GenerationOutput {
-            tokens: Vec::new(),
-            logits: Vec::new(),
-            prefill: None,
-            decode: None,
-        };
-        for step_index in 0..config.max_new_tokens {
-            let f = if step_index == 0 { &prefill } else { &decode };
-            let (pos, last_t) = (index(position)?, index(last)?);
-            let mut args: Vec<&Tensor> = vec![&input, &pos, &last_t];
-            let tensors = cache.tensors();
-            args.extend(tensors);
-            let mut results = run(f, &args)?.into_iter();
-            let logits = results
-                .next()
-                .ok_or_else(|| invalid("a step returned nothing".to_string()))?;
-            cache = KvCache::from_tensors(kind, layers, &results.collect::<Vec<_>>())?;
-            let token = sampler.next_token(&logits.to_vec::<f32>()?);
-            out.tokens.push(token);
-            if config.keep_logits {
-                out.logits.push(logits);
-            }
-            if eos.contains(&token) {
-                break;
-            }
-            position = n + step_index as i64;
-            last = 0;
-            input = from_slice(&[token], &[1, 1])?;
-        }
-        out.prefill = prefill.as_ref().map(Compiled::stats).transpose()?;
-        out.decode = match &decode {
-            Some(d) if out.tokens.len() > 1 => Some(d.stats()?),
-            _ => None,
-        };
-        Ok(out)
+        Generator::new(self, config)?.generate(prompt)
     }
 }

@@ -7,8 +7,9 @@
 //!   built from one, with random weights ([`LlamaForCausalLM::new`]) or from a folder
 //!   holding `config.json` and safetensors weights ([`LlamaForCausalLM::from_pretrained`]).
 //! - [`KvCache`]: a dynamic cache (grows by concatenation) or a static one (preallocated,
-//!   written at the cache position), and [`generate`](LlamaForCausalLM::generate) with greedy
-//!   or seeded sampling under `compile`.
+//!   written at the cache position), and [`Generator`] (or
+//!   [`generate`](LlamaForCausalLM::generate) for one call) with greedy or seeded sampling,
+//!   its steps compiled.
 //! - Every module is a [`Module`]: [`named_parameters`](Module::named_parameters) gives the
 //!   state-dict names (`model.layers.0.self_attn.q_proj.weight`), and
 //!   [`parameters`](Module::parameters) what an optimizer takes.
@@ -37,7 +38,7 @@ mod state_dict;
 
 pub use attention::Attention;
 pub use cache::{CacheKind, KvCache};
-pub use generate::{GenerationConfig, GenerationOutput, Sampler};
+pub use generate::{GenerationConfig, GenerationOutput, Generator, Sampler};
 pub use layers::{Embedding, LayerNorm, Linear, Mlp, RmsNorm};
 pub use llama::{DecoderLayer, LlamaConfig, LlamaForCausalLM, LlamaModel, RopeScaling};
 pub use rotary::RotaryEmbedding;

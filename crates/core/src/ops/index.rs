@@ -5,6 +5,7 @@
 //! into the source with the gathered dim's stride zeroed, then add `index * stride`. Every
 //! index is range-checked before any data moves.
 
+use crate::device::cost::OpCost;
 use std::borrow::Cow;
 
 use super::attrs::{AttrDefault, AttrKind, AttrSpec};
@@ -429,6 +430,23 @@ static TRI_ATTRS: &[AttrSpec] = &[AttrSpec::new(
     AttrDefault::Int(0),
 )];
 
+/// The cost of a gather (embedding, index_select, gather): it reads the indices at input
+/// `index` and only the entries it picks, as many bytes as it writes, not the whole source:
+/// decoding one token reads one row of the embedding table.
+fn picked_cost(args: &MetaArgs, outputs: &[TensorMeta], index: usize) -> OpCost {
+    let mut cost = copy_cost(args, outputs);
+    cost.bytes_read = args.inputs[index].nbytes() as f64 + cost.bytes_written;
+    cost
+}
+
+fn embedding_cost(args: &MetaArgs, outputs: &[TensorMeta]) -> OpCost {
+    picked_cost(args, outputs, 0)
+}
+
+fn select_cost(args: &MetaArgs, outputs: &[TensorMeta]) -> OpCost {
+    picked_cost(args, outputs, 1)
+}
+
 /// The indexing ops.
 // A table of OpDefs, one per op, not logic.
 pub fn defs() -> Vec<OpDef> {
@@ -446,30 +464,39 @@ pub fn defs() -> Vec<OpDef> {
         rowwise: None,
     };
     vec![
-        def(
-            "embedding",
-            "rows of weight picked by integer indices: out[..., :] = weight[indices[...], :]",
-            IN_EMBEDDING,
-            &[],
-            infer_embedding,
-            embedding_kernel,
-        ),
-        def(
-            "index_select",
-            "the entries of x at the 1-D index along dim",
-            IN_X_INDEX,
-            DIM0,
-            infer_index_select,
-            index_select_kernel,
-        ),
-        def(
-            "gather",
-            "out[i][j] = x[i][index[i][j]] along dim (torch.gather)",
-            IN_X_INDEX,
-            DIM0,
-            infer_gather,
-            gather_kernel,
-        ),
+        OpDef {
+            cost: embedding_cost,
+            ..def(
+                "embedding",
+                "rows of weight picked by integer indices: out[..., :] = weight[indices[...], :]",
+                IN_EMBEDDING,
+                &[],
+                infer_embedding,
+                embedding_kernel,
+            )
+        },
+        OpDef {
+            cost: select_cost,
+            ..def(
+                "index_select",
+                "the entries of x at the 1-D index along dim",
+                IN_X_INDEX,
+                DIM0,
+                infer_index_select,
+                index_select_kernel,
+            )
+        },
+        OpDef {
+            cost: select_cost,
+            ..def(
+                "gather",
+                "out[i][j] = x[i][index[i][j]] along dim (torch.gather)",
+                IN_X_INDEX,
+                DIM0,
+                infer_gather,
+                gather_kernel,
+            )
+        },
         def(
             "scatter_add",
             "x with src added at index along dim: out[i][index[i][j]] += src[i][j] (torch.scatter_add)",

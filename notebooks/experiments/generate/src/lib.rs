@@ -9,21 +9,23 @@
 //! ```
 //!
 //! The model is the granted folder holding `config.json` (or `--model NAME`). It prints
-//! `tokens: ...` (the generated ids, and the text when the folder has a tokenizer), then the
-//! compile counts of the prefill and decode functions. With a dynamic cache every decode
+//! `tokens: ...` (the generated ids, and the text when the folder has a tokenizer) for each
+//! prompt (the prompt flags may be repeated; the prompts share one generator, so prompts in
+//! one 128-token bucket share a prefill program), then the compile counts of the prefill and
+//! decode functions. With a dynamic cache every decode
 //! step is a new shape, so it recompiles per token until the recompile limit; with a static
 //! cache decode compiles once. `--dump` writes each step's next-token logits as f32 tensors
-//! `step.0`, `step.1`, ... of shape `[vocab]`.
+//! `step.0`, `step.1`, ... of shape `[vocab]` (`prompt.P.step.I` for several prompts).
 
-use neuronlab::nn::{CacheKind, GenerationConfig, LlamaForCausalLM};
+use neuronlab::nn::{CacheKind, GenerationConfig, Generator, LlamaForCausalLM};
 use neuronlab::prelude::*;
 use neuronlab::println;
 
 /// What the command line asks for.
 struct Request {
     model: Option<String>,
-    prompt_ids: Option<Vec<i64>>,
-    prompt: Option<String>,
+    prompt_ids: Vec<Vec<i64>>,
+    prompts: Vec<String>,
     config: GenerationConfig,
     dump: Option<String>,
 }
@@ -49,8 +51,8 @@ fn parse<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T> {
 fn request() -> Result<Request> {
     let mut r = Request {
         model: None,
-        prompt_ids: None,
-        prompt: None,
+        prompt_ids: Vec::new(),
+        prompts: Vec::new(),
         config: GenerationConfig::new(16),
         dump: None,
     };
@@ -58,14 +60,14 @@ fn request() -> Result<Request> {
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--model" => r.model = Some(parse(&flag, args.next())?),
-            "--prompt" => r.prompt = Some(parse(&flag, args.next())?),
+            "--prompt" => r.prompts.push(parse(&flag, args.next())?),
             "--prompt-ids" => {
                 let text: String = parse(&flag, args.next())?;
                 let ids = text
                     .split(',')
                     .map(|t| t.trim().parse::<i64>())
                     .collect::<std::result::Result<Vec<_>, _>>();
-                r.prompt_ids = Some(ids.map_err(|_| {
+                r.prompt_ids.push(ids.map_err(|_| {
                     usage(&format!("--prompt-ids: `{text}` is not a list of integers"))
                 })?);
             }
@@ -92,8 +94,10 @@ fn request() -> Result<Request> {
             other => return Err(usage(&format!("unknown argument `{other}`"))),
         }
     }
-    if r.prompt_ids.is_some() == r.prompt.is_some() {
-        return Err(usage("give one of --prompt-ids or --prompt"));
+    if r.prompt_ids.is_empty() && r.prompts.is_empty() {
+        return Err(usage(
+            "give a prompt: --prompt-ids or --prompt (either may be repeated)",
+        ));
     }
     r.config.keep_logits = r.dump.is_some();
     Ok(r)
@@ -135,20 +139,41 @@ fn run() -> Result<()> {
         neuronlab::nn::Module::num_parameters(&model),
         model.model.embed_tokens.weight.dtype()
     );
-    let prompt =
-        match (r.prompt_ids, r.prompt) {
-            (Some(ids), _) => ids,
-            (None, Some(_)) => return Err(Error::new(
-                ErrorKind::Unavailable,
-                "--prompt needs a tokenizer, which this build does not have yet; give --prompt-ids",
-            )),
-            (None, None) => unreachable!("request() checks one is given"),
-        };
-    let out = model.generate(&prompt, &r.config)?;
-    let ids: Vec<String> = out.tokens.iter().map(|t| t.to_string()).collect();
-    println!("tokens: {}", ids.join(","));
-    let cache = r.config.cache.name();
-    for (name, stats) in [("prefill", &out.prefill), ("decode", &out.decode)] {
+    if !r.prompts.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            "--prompt needs a tokenizer, which this build does not have yet; give --prompt-ids",
+        ));
+    }
+    let prompts = r.prompt_ids;
+    let mut config = r.config;
+    let bucket = config.prefill_bucket.max(1);
+    if config.max_cache_len.is_none() && config.cache == CacheKind::Static {
+        // One static cache length for every prompt, so decode compiles once for all of them.
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0) as i64;
+        let need = longest + config.max_new_tokens as i64;
+        config.max_cache_len = Some((need + bucket - 1) / bucket * bucket);
+    }
+    let mut generator = Generator::new(&model, &config)?;
+    let mut dumped: Vec<(String, Tensor)> = Vec::new();
+    for (p, prompt) in prompts.iter().enumerate() {
+        let out = generator.generate(prompt)?;
+        let ids: Vec<String> = out.tokens.iter().map(|t| t.to_string()).collect();
+        println!("tokens: {}", ids.join(","));
+        for (i, logits) in out.logits.into_iter().enumerate() {
+            let name = if prompts.len() == 1 {
+                format!("step.{i}")
+            } else {
+                format!("prompt.{p}.step.{i}")
+            };
+            dumped.push((name, logits));
+        }
+    }
+    let cache = config.cache.name();
+    for (name, stats) in [
+        ("prefill", generator.prefill_stats()?),
+        ("decode", generator.decode_stats()?),
+    ] {
         if let Some(s) = stats {
             println!(
                 "{name} ({cache} cache): {} calls, {} compile(s), {} cache hits, {} eager calls",
@@ -157,12 +182,7 @@ fn run() -> Result<()> {
         }
     }
     if let Some(path) = r.dump {
-        let names: Vec<String> = (0..out.logits.len()).map(|i| format!("step.{i}")).collect();
-        let tensors: Vec<(&str, &Tensor)> = names
-            .iter()
-            .map(String::as_str)
-            .zip(out.logits.iter())
-            .collect();
+        let tensors: Vec<(&str, &Tensor)> = dumped.iter().map(|(n, t)| (n.as_str(), t)).collect();
         checkpoint::save(&path, &tensors, &[("format", "pt")])?;
         println!("wrote {} steps of logits to {path}", tensors.len());
     }
