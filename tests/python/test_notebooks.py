@@ -113,8 +113,8 @@ def test_04_sandbox_failures_leave_the_session_intact():
     assert "still here" in text(cells[6]) and result(cells[6]) == "4"
 
 
-def test_05_training_shows_the_backward_pass():
-    cells = code_cells(run_notebook("05-training"))
+def test_06_training_shows_the_backward_pass():
+    cells = code_cells(run_notebook("06-training"))
     # train-mlp: 20 steps whose loss falls at every step.
     steps = re.findall(r"^step (\d+) loss (\S+)$", text(cells[0]), re.M)
     assert [int(n) for n, _ in steps] == list(range(1, 21)), text(cells[0])
@@ -160,3 +160,31 @@ def test_05_training_shows_the_backward_pass():
     assert re.search(r"parts: forward \d+ ops, backward \d+ ops, update \d+ ops", compiled), compiled
     # Its program's backward kernels run as backward: they have the timeline's backward row.
     assert_timeline_svg(cells[6], "neuron:0 backward")
+
+
+def test_05_generation_compiles_once_with_a_static_cache():
+    cells = code_cells(run_notebook("05-generation"))
+    assert "granted" in text(cells[0]) and "(read-write)" in text(cells[0]), text(cells[0])
+    saved = text(cells[1])
+    assert re.search(r"saved 39 tensors \(\d+ parameters\)", saved), saved
+    assert "model.embed_tokens.weight: bf16 [512, 256]" in saved, saved
+
+    run = text(cells[2])
+    assert "same tokens: true" in run, run
+    assert re.search(r"static cache: prefill 1 compile\(s\); decode 23 calls, 1 compile\(s\), 22 cache hits, 0 eager", run), run
+    assert re.search(r"dynamic cache: prefill 1 compile\(s\); decode 23 calls, 9 compile\(s\), 0 cache hits, 14 eager", run), run
+    assert "reached its recompile limit (8)" in run, run
+    [plot] = [o.data for o in cells[2].outputs if "image/svg+xml" in o.get("data", {})]
+    for label in ("Compiles so far, per generated token", "static cache", "dynamic cache"):
+        assert label in plot["image/svg+xml"], label
+
+    assert "past_key_values.0.key" in text(cells[3]), text(cells[3])
+
+    buckets = text(cells[4])
+    for line in (
+        "prompt of   5 tokens -> bucket 128: prefill compiled anew",
+        "prompt of 100 tokens -> bucket 128: prefill compiled no (cache hit)",
+        "prompt of 130 tokens -> bucket 256: prefill compiled anew",
+        "decode: 21 calls, 1 compile(s), 20 cache hits",
+    ):
+        assert line in buckets, buckets

@@ -130,7 +130,7 @@ fn run() -> Result<()> {
     let model = LlamaForCausalLM::from_pretrained(&folder)?;
     let c = &model.config;
     println!(
-        "model: {folder} ({} layers, hidden {}, heads {}/{} kv, vocab {}, {} parameters, {:?})",
+        "model: {folder} ({} layers, hidden {}, heads {}/{} kv, vocab {}, {} parameters, {})",
         c.num_hidden_layers,
         c.hidden_size,
         c.num_attention_heads,
