@@ -22,6 +22,7 @@ mod ffi {
         ) -> i32;
         pub fn clock_ns() -> i64;
         pub fn args(ptr: *mut u8, cap: i32) -> i32;
+        pub fn device_time_ns() -> i64;
 
         pub fn tensor_create(
             dtype: i32,
@@ -269,6 +270,12 @@ pub(crate) fn display(mime: &str, data: &[u8]) -> Result<()> {
 pub(crate) fn clock_ns() -> i64 {
     // SAFETY: no memory is passed.
     unsafe { ffi::clock_ns() }
+}
+
+/// Nanoseconds of modeled device time run on the guest's core since the instance started.
+pub(crate) fn device_time_ns() -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::device_time_ns() }
 }
 
 /// A new tensor from dense row-major little-endian data; returns its handle.
