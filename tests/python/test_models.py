@@ -226,3 +226,63 @@ def test_bad_checkpoints_and_arguments_are_clear_errors(tmp_path):
         tmp_path / "ok", tmp_path / "out", *prompt[:2], "--max-new-tokens", "300", "--max-cache-len", "128"
     )
     assert "unknown argument `--bogus`" in failing(tmp_path / "ok", tmp_path / "out", *prompt, "--bogus")
+
+
+UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+# trn2.48xlarge at LNC=2 (the default instance): 2.9 TB/s of HBM per chip over 4 logical cores.
+HBM_BYTES_PER_S = 2.9e12 / 4
+LAUNCH_S = 10e-6
+
+
+def launched_ops(stdout_and_logs: str) -> list[float]:
+    """The modeled seconds of every op and kernel the `ops` log shows, views (free) left out."""
+    times = []
+    for value, unit in re.findall(r"^\[ops\] .*, modeled ([\d.]+) (s|ms|µs|ns) \(", stdout_and_logs, re.M):
+        t = float(value) * UNITS[unit]
+        if t > 0:
+            times.append(t)
+    return times
+
+
+def test_decode_time_matches_the_weights_and_kv_roofline(tmp_path):
+    """One decode step with a static cache reads every weight once (one embedding row) and
+    the KV cache; at batch 1 each matmul is memory-bound, so its modeled time is launches
+    plus bytes over HBM bandwidth. The step is the difference between runs of 3 and 2 new
+    tokens (the same prompt and cache, so the same compiled programs)."""
+    c = ref.config(
+        vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=1,
+        num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=False,
+    )
+    weights = ref.random_weights(c, 4)
+    ref.write_folder(tmp_path / "m", c, weights, "bf16")
+    (tmp_path / "out").mkdir()
+    runs = {}
+    for n in (2, 3):
+        r = run(
+            module("generate"), "--dir", str(tmp_path / "m"), "--", "--prompt-ids", "1,5,9,3",
+            "--max-new-tokens", str(n), "--max-cache-len", "128", env={"NEURONLAB_LOGS": "ops"},
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs[n] = (launched_ops(r.stdout + r.stderr), r.stdout)
+    step = runs[3][0][len(runs[2][0]):]
+    assert runs[3][0][: len(runs[2][0])] == runs[2][0], "the first two tokens ran the same ops"
+    modeled = sum(step)
+    launches = len(step)
+
+    weight_bytes = 2 * sum(a.size for n, a in weights.items() if n != "model.embed_tokens.weight")
+    embedding_row = 2 * c["hidden_size"]
+    d = ref.head_dim(c)
+    kv_bytes = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * 128 * d * 2  # K and V, bf16
+    roofline = (weight_bytes + embedding_row + kv_bytes) / HBM_BYTES_PER_S
+    memory_term = modeled - launches * LAUNCH_S
+    # The rest of the traffic (activations, the cache written at its position) is about 2%.
+    print(f"decode step: {launches} launches, memory term {memory_term * 1e6:.2f} us, roofline {roofline * 1e6:.2f} us")
+    assert roofline <= memory_term <= 1.04 * roofline, (memory_term, roofline, launches)
+
+    # The experiment's own figure, from the guest's device clock, is the same step.
+    m = re.search(r"^modeled time per token: prefill [\d.]+ us, decode ([\d.]+) us over 2 steps$", runs[3][1], re.M)
+    assert m, runs[3][1]
+    first_decode = re.search(r"decode ([\d.]+) us over 1 steps$", runs[2][1], re.M)
+    assert first_decode, runs[2][1]
+    # Mean of two identical decode steps = the one measured above.
+    assert abs(float(m.group(1)) * 1e-6 - modeled) < 0.2e-6 + 1e-3 * modeled

@@ -9,6 +9,8 @@
 //! padded to a multiple of `prefill_bucket` (128, the TensorEngine's tile) with the padding
 //! hidden by the causal mask and later overwritten.
 
+use std::time::Duration;
+
 use super::cache::{CacheKind, KvCache};
 use super::layers::in_dtype;
 use super::llama::LlamaForCausalLM;
@@ -18,6 +20,7 @@ use crate::compile::{compile_with, CompileOptions, CompileStats, Compiled};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::IndexSelectOptions;
+use crate::output::device_time;
 use crate::tensor::{from_slice, Tensor};
 
 /// How to generate: the length, the decoding strategy, the cache and compilation.
@@ -82,6 +85,9 @@ pub struct GenerationOutput {
     /// After each token, the compiles of the prefill and decode functions so far, together
     /// (all zero when not compiled).
     pub compiles_per_token: Vec<u64>,
+    /// Each token's modeled device time on this guest's core: the prefill for the first, one
+    /// decode step for each other ([`device_time`](crate::device_time) around the step).
+    pub device_time_per_token: Vec<Duration>,
 }
 
 /// Picks the next token from logits: greedy, or seeded sampling after temperature, top-k and
@@ -346,8 +352,10 @@ impl<'m> Generator<'m> {
             tokens: Vec::new(),
             logits: Vec::new(),
             compiles_per_token: Vec::new(),
+            device_time_per_token: Vec::new(),
         };
         for step in 0..config.max_new_tokens {
+            let start = device_time();
             let (pos, last_t) = (index(position)?, index(last)?);
             let mut args: Vec<&Tensor> = vec![&input, &pos, &last_t];
             args.extend(cache.tensors());
@@ -358,6 +366,7 @@ impl<'m> Generator<'m> {
             cache = KvCache::from_tensors(kind, layers, &results.collect::<Vec<_>>())?;
             let token = sampler.next_token(&logits.to_vec::<f32>()?);
             out.tokens.push(token);
+            out.device_time_per_token.push(device_time() - start);
             out.compiles_per_token.push(self.compiles()?);
             if config.keep_logits {
                 out.logits.push(logits);

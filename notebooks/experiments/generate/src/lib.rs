@@ -124,6 +124,10 @@ fn model_folder(named: Option<String>) -> Result<String> {
     ))
 }
 
+fn micros(d: &std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
 fn run() -> Result<()> {
     let r = request()?;
     let folder = model_folder(r.model)?;
@@ -160,6 +164,18 @@ fn run() -> Result<()> {
         let out = generator.generate(prompt)?;
         let ids: Vec<String> = out.tokens.iter().map(|t| t.to_string()).collect();
         println!("tokens: {}", ids.join(","));
+        let times = &out.device_time_per_token;
+        let decode = &times[1.min(times.len())..];
+        let mean = decode
+            .iter()
+            .sum::<std::time::Duration>()
+            .checked_div(decode.len() as u32);
+        println!(
+            "modeled time per token: prefill {:.1} us, decode {} over {} steps",
+            times.first().map_or(0.0, micros),
+            mean.map_or("-".to_string(), |m| format!("{:.1} us", micros(&m))),
+            decode.len()
+        );
         for (i, logits) in out.logits.into_iter().enumerate() {
             let name = if prompts.len() == 1 {
                 format!("step.{i}")
