@@ -147,26 +147,35 @@ def inv_freq(c: dict) -> np.ndarray:
     return inv
 
 
-def logits(c: dict, weights: dict[str, np.ndarray], ids: list[int], dtype: str) -> np.ndarray:
-    """The model's logits [seq, vocab] for one sequence, from position 0, as float32."""
-    r = bf16 if dtype == "bf16" else f32
+def logits(c: dict, weights: dict, ids: list[int], dtype: str, xp=np):
+    """The model's logits [seq, vocab] for one sequence, from position 0, as float32.
+
+    `xp` is numpy (float64 accumulation, bf16 rounding after each op) or jax.numpy (float32,
+    for gradients by jax.grad; f32 only)."""
+    if xp is np:
+        r = bf16 if dtype == "bf16" else f32
+        wide = np.float64
+    else:
+        assert dtype == "f32", "the JAX reference is float32"
+        r = lambda x: x.astype(xp.float32)  # noqa: E731
+        wide = xp.float32
     w = {n: r(a) for n, a in weights.items()}
     eps = c["rms_norm_eps"]
     nh, nkv, d = c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     seq = len(ids)
 
     def rms_norm(x, weight):
-        x32 = x.astype(np.float32)
-        var = np.mean(x32.astype(np.float64) ** 2, axis=-1, keepdims=True)
-        h = r(x32 / np.sqrt(var + eps))
+        x32 = x.astype(xp.float32)
+        var = xp.mean(x32.astype(wide) ** 2, axis=-1, keepdims=True)
+        h = r(x32 / xp.sqrt(var + eps))
         return r(weight * h)
 
     def linear(x, weight):
-        return r(x.astype(np.float64) @ weight.astype(np.float64).T)
+        return r(x.astype(wide) @ weight.astype(wide).T)
 
     def rotate_half(x):
         half = x.shape[-1] // 2
-        return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return xp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
     angles = np.arange(seq, dtype=np.float32)[:, None] * inv_freq(c)[None, :]
     emb = np.concatenate([angles, angles], axis=-1).astype(np.float32)
@@ -184,20 +193,28 @@ def logits(c: dict, weights: dict[str, np.ndarray], ids: list[int], dtype: str) 
         k = linear(h, w[f"{p}.self_attn.k_proj.weight"]).reshape(seq, nkv, d).transpose(1, 0, 2)
         v = linear(h, w[f"{p}.self_attn.v_proj.weight"]).reshape(seq, nkv, d).transpose(1, 0, 2)
         q, k = rope(q), rope(k)
-        k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
-        v = np.repeat(v, nh // nkv, axis=0)
-        scores = r(r(q.astype(np.float64) @ k.astype(np.float64).transpose(0, 2, 1)) * d**-0.5)
-        scores = np.where(causal, scores, -np.inf).astype(np.float64)
-        scores -= scores.max(axis=-1, keepdims=True)
-        probs = r(np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True))
-        out = r(probs.astype(np.float64) @ v.astype(np.float64))
+        k = xp.repeat(k, nh // nkv, axis=0)  # repeat_kv
+        v = xp.repeat(v, nh // nkv, axis=0)
+        scores = r(r(q.astype(wide) @ k.astype(wide).transpose(0, 2, 1)) * d**-0.5)
+        scores = xp.where(causal, scores, -xp.inf).astype(wide)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        probs = r(xp.exp(scores) / xp.exp(scores).sum(axis=-1, keepdims=True))
+        out = r(probs.astype(wide) @ v.astype(wide))
         out = out.transpose(1, 0, 2).reshape(seq, nh * d)
         x = r(x + linear(out, w[f"{p}.self_attn.o_proj.weight"]))
         h = rms_norm(x, w[f"{p}.post_attention_layernorm.weight"])
         gate = linear(h, w[f"{p}.mlp.gate_proj.weight"])
-        silu = r(gate / (1.0 + np.exp(-gate.astype(np.float64))))
+        silu = r(gate / (1.0 + xp.exp(-gate.astype(wide))))
         up = linear(h, w[f"{p}.mlp.up_proj.weight"])
         x = r(x + linear(r(silu * up), w[f"{p}.mlp.down_proj.weight"]))
     x = rms_norm(x, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
-    return linear(x, head).astype(np.float32)
+    return linear(x, head).astype(xp.float32)
+
+
+def causal_lm_loss(c: dict, weights: dict, ids: list[int], xp=np):
+    """transformers' causal-LM loss: mean cross entropy of position t predicting token t + 1."""
+    z = logits(c, weights, ids, "f32", xp)[:-1]
+    z = z - z.max(axis=-1, keepdims=True)
+    log_probs = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
+    return -log_probs[np.arange(len(ids) - 1), np.array(ids[1:])].mean()
