@@ -174,9 +174,13 @@ def test_05_generation_compiles_once_with_a_static_cache():
     assert re.search(r"static cache: prefill 1 compile\(s\); decode 23 calls, 1 compile\(s\), 22 cache hits, 0 eager", run), run
     assert re.search(r"dynamic cache: prefill 1 compile\(s\); decode 23 calls, 9 compile\(s\), 0 cache hits, 14 eager", run), run
     assert "reached its recompile limit (8)" in run, run
-    [plot] = [o.data for o in cells[2].outputs if "image/svg+xml" in o.get("data", {})]
+    compiles_plot, time_plot = [o.data for o in cells[2].outputs if "image/svg+xml" in o.get("data", {})]
     for label in ("Compiles so far, per generated token", "static cache", "dynamic cache"):
-        assert label in plot["image/svg+xml"], label
+        assert label in compiles_plot["image/svg+xml"], label
+    assert "Modeled device time per generated token" in time_plot["image/svg+xml"]
+    static_us, dynamic_us = map(float, re.search(
+        r"modeled decode time per token: static (\d+) us, dynamic (\d+) us", run).groups())
+    assert 0 < static_us < dynamic_us, run
 
     assert "past_key_values.0.key" in text(cells[3]), text(cells[3])
 
