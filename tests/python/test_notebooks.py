@@ -113,8 +113,8 @@ def test_04_sandbox_failures_leave_the_session_intact():
     assert "still here" in text(cells[6]) and result(cells[6]) == "4"
 
 
-def test_06_training_shows_the_backward_pass():
-    cells = code_cells(run_notebook("06-training"))
+def test_07_training_shows_the_backward_pass():
+    cells = code_cells(run_notebook("07-training"))
     # train-mlp: 20 steps whose loss falls at every step.
     steps = re.findall(r"^step (\d+) loss (\S+)$", text(cells[0]), re.M)
     assert [int(n) for n, _ in steps] == list(range(1, 21)), text(cells[0])
