@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.5, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.6, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 5)
+#define NL_ABI_VERSION ((1 << 16) | 6)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -111,6 +111,9 @@ int32_t nl_display(const char *mime_ptr, int32_t mime_len, const void *data_ptr,
 NL_IMPORT("clock_ns") int64_t nl_clock_ns(void);
 /** ABI 1.5: the run's arguments (after `--`) as a string list, capped; returns its length. */
 NL_IMPORT("args") int32_t nl_args(void *ptr, int32_t cap);
+/** ABI 1.6: nanoseconds of modeled device time of the ops and collectives run on the guest's
+ * core since the instance started (what their events carry). */
+NL_IMPORT("device_time_ns") int64_t nl_device_time_ns(void);
 
 /* tensor */
 

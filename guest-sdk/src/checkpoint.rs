@@ -74,11 +74,17 @@ pub fn load(path: &str) -> Result<Checkpoint> {
     let (names, metadata) = info(path)?;
     let mut handles = vec![0u32; names.len()];
     let n = sys::ckpt_load(path, &mut handles)?;
-    let tensors: Vec<Tensor> = handles[..n].iter().map(|&h| Tensor::from_handle(h)).collect();
+    let tensors: Vec<Tensor> = handles[..n]
+        .iter()
+        .map(|&h| Tensor::from_handle(h))
+        .collect();
     if n != names.len() {
         return Err(Error::new(
             ErrorKind::Fs,
-            format!("`{path}` changed while it was loaded ({} tensors, then {n})", names.len()),
+            format!(
+                "`{path}` changed while it was loaded ({} tensors, then {n})",
+                names.len()
+            ),
         ));
     }
     Ok(Checkpoint {

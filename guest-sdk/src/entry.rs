@@ -6,8 +6,8 @@ use std::sync::Once;
 
 use crate::sys::{self, Stream};
 
-/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.5.
-pub const ABI_VERSION: i32 = (1 << 16) | 5;
+/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.6.
+pub const ABI_VERSION: i32 = (1 << 16) | 6;
 
 /// The `neuronlab_abi_version` export the host checks before it runs a guest.
 ///

@@ -1,4 +1,5 @@
-//! Cell output: the `print!` family of macros and `dbg!`, rich display, and the host clock.
+//! Cell output: the `print!` family of macros and `dbg!`, rich display, the host clock and
+//! the modeled device clock.
 
 use std::fmt;
 use std::time::Duration;
@@ -337,4 +338,25 @@ pub fn clear_output(wait: bool) -> Result<()> {
 /// ```
 pub fn clock() -> Duration {
     Duration::from_nanos(u64::try_from(sys::clock_ns()).unwrap_or(0))
+}
+
+/// Modeled device time on this guest's core since the guest instance started (ABI 1.6).
+///
+/// The sum of the modeled times of every op, fused kernel and collective run on the core, the
+/// same figures the cell summary and `%events` report as "modeled". It counts by core, from
+/// the instance's start, so a guest alone on its core (a cell, a rank of `neuronlab run`)
+/// sees exactly its own work. It is the device's time, not the host's: see [`clock`].
+///
+/// # Example
+///
+/// ```ignore
+/// let start = neuronlab::device_time();
+/// for _ in 0..n_tokens {
+///     logits = model.step(&logits)?;
+/// }
+/// let per_token = (neuronlab::device_time() - start) / n_tokens;
+/// neuronlab::println!("modeled time per token: {per_token:?}");
+/// ```
+pub fn device_time() -> Duration {
+    Duration::from_nanos(u64::try_from(sys::device_time_ns()).unwrap_or(0))
 }

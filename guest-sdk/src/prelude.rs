@@ -25,7 +25,7 @@ pub use crate::optim::{
     AdamW, AdamWConfig, LrScheduler, Optimizer, SGDConfig, SGD,
 };
 pub use crate::{
-    call, checkpoint, clear_output, compile, compile_with, dist, from_slice, fs, grad, lazy, no_grad, plot, sync,
-    Attrs, Bf16, CompileOptions, Compiled, DTensor, DType, DeviceMesh, DisplayHandle, Error,
-    ErrorKind, Group, Placement, ReduceOp, Result, Tensor, F16,
+    call, checkpoint, clear_output, compile, compile_with, dist, from_slice, fs, grad, lazy,
+    no_grad, plot, sync, Attrs, Bf16, CompileOptions, Compiled, DTensor, DType, DeviceMesh,
+    DisplayHandle, Error, ErrorKind, Group, Placement, ReduceOp, Result, Tensor, F16,
 };

@@ -22,6 +22,7 @@ mod ffi {
         ) -> i32;
         pub fn clock_ns() -> i64;
         pub fn args(ptr: *mut u8, cap: i32) -> i32;
+        pub fn device_time_ns() -> i64;
 
         pub fn tensor_create(
             dtype: i32,
@@ -144,8 +145,13 @@ mod ffi {
         pub fn grad_assign(h: u32, data_h: u32) -> i32;
 
         pub fn fs_size(path_ptr: *const u8, path_len: i32) -> i64;
-        pub fn fs_read(path_ptr: *const u8, path_len: i32, offset: i64, ptr: *mut u8, len: i32)
-            -> i32;
+        pub fn fs_read(
+            path_ptr: *const u8,
+            path_len: i32,
+            offset: i64,
+            ptr: *mut u8,
+            len: i32,
+        ) -> i32;
         pub fn fs_write(
             path_ptr: *const u8,
             path_len: i32,
@@ -157,8 +163,12 @@ mod ffi {
         pub fn fs_mkdir(path_ptr: *const u8, path_len: i32) -> i32;
 
         pub fn ckpt_info(path_ptr: *const u8, path_len: i32, ptr: *mut u8, cap: i32) -> i32;
-        pub fn ckpt_load(path_ptr: *const u8, path_len: i32, handles_ptr: *mut u32, max: i32)
-            -> i32;
+        pub fn ckpt_load(
+            path_ptr: *const u8,
+            path_len: i32,
+            handles_ptr: *mut u32,
+            max: i32,
+        ) -> i32;
         pub fn ckpt_save(
             path_ptr: *const u8,
             path_len: i32,
@@ -260,6 +270,12 @@ pub(crate) fn display(mime: &str, data: &[u8]) -> Result<()> {
 pub(crate) fn clock_ns() -> i64 {
     // SAFETY: no memory is passed.
     unsafe { ffi::clock_ns() }
+}
+
+/// Nanoseconds of modeled device time run on the guest's core since the instance started.
+pub(crate) fn device_time_ns() -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::device_time_ns() }
 }
 
 /// A new tensor from dense row-major little-endian data; returns its handle.
@@ -732,16 +748,8 @@ pub(crate) fn fs_write(path: &str, data: &[u8], append: bool) -> Result<()> {
     let len = abi_len(path.len(), "the path")?;
     let data_len = abi_len(data.len(), "the data")?;
     // SAFETY: the host reads each range, which `path` and `data` own.
-    check(unsafe {
-        ffi::fs_write(
-            path.as_ptr(),
-            len,
-            data.as_ptr(),
-            data_len,
-            append as i32,
-        )
-    })
-    .map(drop)
+    check(unsafe { ffi::fs_write(path.as_ptr(), len, data.as_ptr(), data_len, append as i32) })
+        .map(drop)
 }
 
 /// The entries of the folder at `path` (the grants for the empty path).

@@ -29,6 +29,9 @@ struct Recorder {
     // (no allocation) only when there are subscribers and calls them unlocked, so a
     // subscriber may itself subscribe or read the bus.
     subscribers: Arc<[Subscriber]>,
+    /// Per core (by index), the modeled device time of every op and collective published
+    /// on it, microseconds: the cores' device clocks.
+    device_us: Vec<f64>,
 }
 
 impl Recorder {
@@ -36,6 +39,13 @@ impl Recorder {
     fn stamp(&mut self, core: CoreId, ts_us: f64, kind: EventKind) -> Event {
         let seq = self.next_seq;
         self.next_seq += 1;
+        if let Some(us) = kind.modeled_us() {
+            let i = core.0 as usize;
+            if self.device_us.len() <= i {
+                self.device_us.resize(i + 1, 0.0);
+            }
+            self.device_us[i] += us;
+        }
         Event {
             seq,
             ts_us,
@@ -79,6 +89,7 @@ impl EventBus {
                 next_seq: 0,
                 dropped: 0,
                 subscribers: Arc::new([]),
+                device_us: Vec::new(),
             }),
         }
     }
@@ -165,6 +176,19 @@ impl EventBus {
         self.recorder().next_seq
     }
 
+    /// `core`'s device clock: the modeled device time, in microseconds, of every op (fused
+    /// kernels included) and collective published on it since the bus was created, as their
+    /// events carry it. Kept apart from the recorded events, so it counts events the
+    /// recorder dropped or [`EventBus::clear`] forgot.
+    pub fn device_us(&self, core: CoreId) -> f64 {
+        let recorder = self.recorder();
+        recorder
+            .device_us
+            .get(core.0 as usize)
+            .copied()
+            .unwrap_or(0.0)
+    }
+
     /// Forgets the recorded events (numbering continues).
     pub fn clear(&self) {
         self.recorder().events.clear();
@@ -248,6 +272,49 @@ mod tests {
         assert!(bus.events().is_empty());
         assert_eq!(bus.next_seq(), 5);
         assert_eq!(bus.publish(CoreId(0), log("f")), 5);
+    }
+
+    #[test]
+    fn each_cores_device_clock_adds_its_ops_and_collectives_modeled_time() {
+        use crate::device::{Bound, ModeledTime};
+        use crate::events::{CollectiveEvent, OpEvent, Phase};
+        let op = |total_s: f64| {
+            EventKind::Op(OpEvent {
+                name: "relu".into(),
+                inputs: vec![],
+                outputs: vec![],
+                flops: 0.0,
+                bytes: 0.0,
+                host_us: 1.0,
+                modeled: ModeledTime {
+                    compute_s: 0.0,
+                    memory_s: 0.0,
+                    launch_s: total_s,
+                    total_s,
+                    bound: Bound::Launch,
+                },
+                phase: Phase::Forward,
+            })
+        };
+        let collective = EventKind::Collective(CollectiveEvent {
+            op: "all_reduce".into(),
+            group: vec![0, 1],
+            mesh_dim: None,
+            bytes: 4,
+            host_us: 100.0,
+            modeled_us: 4.0,
+        });
+        // No recording at all: the clock does not depend on what the recorder keeps.
+        let bus = EventBus::with_capacity(0);
+        bus.publish(CoreId(1), op(10e-6));
+        bus.publish_all_at(CoreId(1), 0.0, [op(2e-6), log("no device time")]);
+        bus.publish(CoreId(1), collective);
+        bus.publish(CoreId(3), op(1e-6));
+        bus.clear();
+        assert_eq!(bus.device_us(CoreId(0)), 0.0);
+        assert!((bus.device_us(CoreId(1)) - 16.0).abs() < 1e-9);
+        assert!((bus.device_us(CoreId(3)) - 1.0).abs() < 1e-9);
+        assert_eq!(bus.device_us(CoreId(7)), 0.0, "a core nothing ran on");
     }
 
     #[test]

@@ -162,6 +162,16 @@ impl EventKind {
             _ => None,
         }
     }
+
+    /// Modeled device duration in microseconds, for the kinds the device runs (op, which
+    /// includes fused kernels, and collective); `None` for the others.
+    pub fn modeled_us(&self) -> Option<f64> {
+        match self {
+            EventKind::Op(op) => Some(op.modeled.total_s * 1e6),
+            EventKind::Collective(c) => Some(c.modeled_us),
+            _ => None,
+        }
+    }
 }
 
 /// The dtype and shape of a tensor, as an op saw it.

@@ -41,6 +41,8 @@ pub struct GuestState {
     /// Whether the guest printed to stderr in the current call (a trap's note says so).
     pub(crate) wrote_stderr: bool,
     pub(crate) started: Instant,
+    /// The core's device clock (`EventBus::device_us`) when the instance started.
+    pub(crate) device_started_us: f64,
     /// The guest's exported memory, found on the first access (a lookup by name costs more
     /// than a small op).
     memory: Option<wasmtime::Memory>,
@@ -68,8 +70,10 @@ impl GuestState {
                 .finish() as u32
         });
         let salt = base.wrapping_add(NEXT.fetch_add(0x9e7, Ordering::Relaxed));
+        let runtime = comm.runtime().clone();
+        let device_started_us = runtime.bus().device_us(comm.core());
         GuestState {
-            runtime: comm.runtime().clone(),
+            runtime,
             core: comm.core(),
             handles: HandleTable::new(salt),
             compile: CompileState::default(),
@@ -83,6 +87,7 @@ impl GuestState {
             call_started: Instant::now(),
             wrote_stderr: false,
             started: Instant::now(),
+            device_started_us,
             memory: None,
         }
     }

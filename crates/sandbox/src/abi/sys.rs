@@ -1,5 +1,5 @@
-//! The `sys` group of imports (ABI.md "sys"): the last error, output, displays, the clock and
-//! the run's arguments.
+//! The `sys` group of imports (ABI.md "sys"): the last error, output, displays, the host
+//! clock, the run's arguments and the core's modeled device clock.
 
 use super::context::{encode_strings, read, read_str, status, write_capped};
 use super::table::{imports, Import};
@@ -53,5 +53,11 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
         let list = encode_strings(&c.data().shared.args);
         let r = write_capped(&mut c, ptr, cap, &list);
         status(&mut c, r)
+    }
+    #[since(1, 6)]
+    fn device_time_ns(c) -> i64 {
+        let state = c.data();
+        let us = state.runtime.bus().device_us(state.core) - state.device_started_us;
+        (us * 1e3).round().max(0.0) as i64
     }
 };

@@ -12,7 +12,7 @@ pub const MODULE: &str = "neuronlab";
 /// The groups of imports, in the order ABI.md documents them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Group {
-    /// Output, displays, the last error, the clock, the run's arguments.
+    /// Output, displays, the last error, the host and device clocks, the run's arguments.
     Sys,
     /// Creating, reading and dropping tensors.
     Tensor,
