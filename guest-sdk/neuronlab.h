@@ -298,6 +298,26 @@ NL_IMPORT("ckpt_save")
 int32_t nl_ckpt_save(const char *path, int32_t path_len, const void *names, int32_t names_len,
                      const int32_t *handles, int32_t n, int64_t shard_bytes);
 
+/* tok (ABI 1.6): Hugging Face tokenizers, loaded from a tokenizer.json in a granted folder.
+ * A tokenizer is a handle, freed with nl_tok_free; ids are int64_t. */
+/** A tokenizer handle for the tokenizer.json at path. */
+NL_IMPORT("tok_load") int32_t nl_tok_load(const char *path, int32_t path_len);
+/** The number of ids text encodes to, after writing up to cap of them at ids. */
+NL_IMPORT("tok_encode")
+int32_t nl_tok_encode(int32_t t, const char *text, int32_t text_len, int32_t add_special_tokens,
+                      int64_t *ids, int32_t cap);
+/** The length of the UTF-8 text n_ids ids decode to, after copying up to cap bytes of it. */
+NL_IMPORT("tok_decode")
+int32_t nl_tok_decode(int32_t t, const int64_t *ids, int32_t n_ids, int32_t skip_special_tokens,
+                      char *ptr, int32_t cap);
+/** 1 after writing the token's id at id, 0 when the vocabulary has no such token. */
+NL_IMPORT("tok_token_to_id")
+int32_t nl_tok_token_to_id(int32_t t, const char *token, int32_t token_len, int64_t *id);
+/** The vocabulary's size, added tokens included. */
+NL_IMPORT("tok_vocab_size") int32_t nl_tok_vocab_size(int32_t t);
+/** Frees a tokenizer handle. */
+NL_IMPORT("tok_free") int32_t nl_tok_free(int32_t t);
+
 #undef NL_IMPORT
 
 /* ---- Strings --------------------------------------------------------------------------- */

@@ -31,6 +31,10 @@
 //!   [`fs::read_file`], [`fs::read_range`], [`fs::write_file`], [`fs::list_dir`]; and
 //!   [`checkpoint`] for safetensors checkpoints there ([`checkpoint::load`],
 //!   [`checkpoint::save`], [`checkpoint::save_sharded`]).
+//! - [`tokenizer`] for Hugging Face tokenizers on the host, from a `tokenizer.json` in a
+//!   granted folder: [`Tokenizer::from_file`](tokenizer::Tokenizer::from_file),
+//!   [`encode`](tokenizer::Tokenizer::encode) into `i64` ids and
+//!   [`decode`](tokenizer::Tokenizer::decode), with the ids Python's `tokenizers` gives.
 //! - [`main!`] to export an experiment's `run` entry point, with a panic hook that reports
 //!   panics in the cell; [`args`] for what follows `--` on `neuronlab run`.
 //!
@@ -86,6 +90,7 @@ pub mod plot;
 pub mod prelude;
 mod sys;
 mod tensor;
+pub mod tokenizer;
 pub mod vars;
 
 pub use attrs::Attrs;

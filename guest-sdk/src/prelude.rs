@@ -2,8 +2,8 @@
 //!
 //! It holds [`Tensor`], [`DType`], the error types, [`Attrs`] and [`call`], [`from_slice`],
 //! the 16-bit float types, compiling ([`compile`], [`lazy`]), the [`dist`] module with its
-//! types ([`Group`], [`DeviceMesh`], [`DTensor`], [`Placement`], [`ReduceOp`]), the [`plot`]
-//! [`fs`] and [`checkpoint`] modules, [`DisplayHandle`] and [`clear_output`], and every
+//! types ([`Group`], [`DeviceMesh`], [`DTensor`], [`Placement`], [`ReduceOp`]), the [`plot`],
+//! [`fs`], [`checkpoint`] and [`tokenizer`] modules, [`DisplayHandle`] and [`clear_output`], and every
 //! generated op function and options type (such as [`zeros`], [`cat`] and [`SumOptions`]).
 //!
 //! It does not hold the output macros: a glob import cannot shadow std's `println!`, so
@@ -26,6 +26,6 @@ pub use crate::optim::{
 };
 pub use crate::{
     call, checkpoint, clear_output, compile, compile_with, dist, from_slice, fs, grad, lazy,
-    no_grad, plot, sync, Attrs, Bf16, CompileOptions, Compiled, DTensor, DType, DeviceMesh,
-    DisplayHandle, Error, ErrorKind, Group, Placement, ReduceOp, Result, Tensor, F16,
+    no_grad, plot, sync, tokenizer, Attrs, Bf16, CompileOptions, Compiled, DTensor, DType,
+    DeviceMesh, DisplayHandle, Error, ErrorKind, Group, Placement, ReduceOp, Result, Tensor, F16,
 };

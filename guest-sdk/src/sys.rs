@@ -1,5 +1,6 @@
-//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars, grad, fs and ckpt groups) and thin
-//! safe wrappers over them. Every `unsafe` block of the crate is in this module.
+//! The `neuronlab` imports of ABI.md (the sys, tensor, op, compile, dist, vars, grad, fs, ckpt
+//! and tok groups) and thin safe wrappers over them. Every `unsafe` block of the crate is in
+//! this module.
 //!
 //! The wrappers pass Rust slices as `(ptr, len)` pairs, turn negative statuses into
 //! [`Error`]s carrying the host's message, and follow the ABI's two-step protocol for
@@ -178,6 +179,32 @@ mod ffi {
             n: i32,
             shard_bytes: i64,
         ) -> i32;
+
+        pub fn tok_load(path_ptr: *const u8, path_len: i32) -> i32;
+        pub fn tok_encode(
+            t: u32,
+            text_ptr: *const u8,
+            text_len: i32,
+            add_special_tokens: i32,
+            ids_ptr: *mut i64,
+            cap: i32,
+        ) -> i32;
+        pub fn tok_decode(
+            t: u32,
+            ids_ptr: *const i64,
+            n_ids: i32,
+            skip_special_tokens: i32,
+            ptr: *mut u8,
+            cap: i32,
+        ) -> i32;
+        pub fn tok_token_to_id(
+            t: u32,
+            token_ptr: *const u8,
+            token_len: i32,
+            id_ptr: *mut i64,
+        ) -> i32;
+        pub fn tok_vocab_size(t: u32) -> i32;
+        pub fn tok_free(t: u32) -> i32;
     }
 }
 
@@ -834,4 +861,77 @@ pub(crate) fn ckpt_save(
         )
     })
     .map(|n| n as usize)
+}
+
+/// A tokenizer handle for the `tokenizer.json` at the guest path `path`.
+pub(crate) fn tok_load(path: &str) -> Result<u32> {
+    let len = abi_len(path.len(), "the path")?;
+    // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
+    check(unsafe { ffi::tok_load(path.as_ptr(), len) }).map(|h| h as u32)
+}
+
+/// The ids `text` encodes to.
+pub(crate) fn tok_encode(t: u32, text: &str, add_special_tokens: bool) -> Result<Vec<i64>> {
+    let len = abi_len(text.len(), "the text")?;
+    // Text mostly encodes to fewer ids than half its bytes; else a second call, with room for
+    // every id, encodes it again.
+    let mut ids = vec![0i64; text.len() / 2 + 16];
+    loop {
+        let cap = abi_len(ids.len(), "the id buffer")?;
+        // SAFETY: the host reads `len` bytes of `text` and writes at most `cap` i64s into
+        // `ids`.
+        let n = check(unsafe {
+            ffi::tok_encode(
+                t,
+                text.as_ptr(),
+                len,
+                add_special_tokens as i32,
+                ids.as_mut_ptr(),
+                cap,
+            )
+        })? as usize;
+        if n <= ids.len() {
+            ids.truncate(n);
+            return Ok(ids);
+        }
+        ids.resize(n, 0);
+    }
+}
+
+/// The text `ids` decode to.
+pub(crate) fn tok_decode(t: u32, ids: &[i64], skip_special_tokens: bool) -> Result<String> {
+    let n = abi_len(ids.len(), "the ids")?;
+    // SAFETY: the host reads `n` i64s of `ids` and writes at most `cap` bytes at `ptr`, which
+    // `read_bytes` owns.
+    let bytes = read_bytes(|ptr, cap| unsafe {
+        ffi::tok_decode(t, ids.as_ptr(), n, skip_special_tokens as i32, ptr, cap)
+    })
+    .map_err(host_error)?;
+    String::from_utf8(bytes).map_err(|_| {
+        Error::new(
+            ErrorKind::Invalid,
+            "tok_decode: the host's text is not UTF-8".to_string(),
+        )
+    })
+}
+
+/// The id of `token`, if the vocabulary has it.
+pub(crate) fn tok_token_to_id(t: u32, token: &str) -> Result<Option<i64>> {
+    let len = abi_len(token.len(), "the token")?;
+    let mut id = 0i64;
+    // SAFETY: the host reads `len` bytes of `token` and writes one i64 at `&mut id`.
+    let found = check(unsafe { ffi::tok_token_to_id(t, token.as_ptr(), len, &mut id) })?;
+    Ok((found == 1).then_some(id))
+}
+
+/// The vocabulary's size, added tokens included.
+pub(crate) fn tok_vocab_size(t: u32) -> Result<usize> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tok_vocab_size(t) }).map(|n| n as usize)
+}
+
+/// Frees a tokenizer handle.
+pub(crate) fn tok_free(t: u32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tok_free(t) }).map(drop)
 }

@@ -4,7 +4,7 @@
 
 use crate::grad_trace::GradTrace;
 use crate::status::{ErrorCode, Fail, HostResult};
-use crate::values::GuestValue;
+use crate::values::{tokenizer_not_a_tensor, GuestValue};
 use neuronlab_compile::function::CompiledFunction;
 use neuronlab_compile::graph::ValueId;
 use neuronlab_compile::recorder::Recorder;
@@ -46,6 +46,7 @@ impl Active {
             }),
             GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
             GuestValue::Dist(d) => Err(d.not_a_tensor()),
+            GuestValue::Tokenizer(_) => Err(tokenizer_not_a_tensor()),
         }
     }
 }

@@ -42,7 +42,7 @@ pub enum HandleError {
 impl std::fmt::Display for HandleError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HandleError::Null => write!(f, "handle 0 is never a tensor"),
+            HandleError::Null => write!(f, "handle 0 is never issued: no call returns it"),
             HandleError::Unknown(h) => write!(f, "handle {h:#x} was never issued by this instance"),
             HandleError::Stale(h) => write!(
                 f,

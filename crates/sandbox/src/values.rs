@@ -1,4 +1,5 @@
-//! What a guest handle holds: a real tensor, a value being traced, or a distributed object.
+//! What a guest handle holds: a real tensor, a value being traced, a distributed object or a
+//! tokenizer.
 
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ pub enum GuestValue {
     Gone(String),
     /// A process group, device mesh or distributed tensor.
     Dist(DistValue),
+    /// A Hugging Face tokenizer (the tok group).
+    Tokenizer(Arc<tokenizers::Tokenizer>),
 }
 
 impl GuestValue {
@@ -27,12 +30,21 @@ impl GuestValue {
             GuestValue::Eager(t) => Ok(t),
             GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why.clone())),
             GuestValue::Dist(d) => Err(d.not_a_tensor()),
+            GuestValue::Tokenizer(_) => Err(tokenizer_not_a_tensor()),
             GuestValue::Traced(_) => Err(Fail(
                 ErrorCode::Handle,
                 "a traced tensor was used outside its recording".into(),
             )),
         }
     }
+}
+
+/// The failure of using a tokenizer where a tensor is expected.
+pub(crate) fn tokenizer_not_a_tensor() -> Fail {
+    Fail(
+        ErrorCode::Handle,
+        "the handle is a tokenizer, not a tensor; tok_encode turns text into ids".into(),
+    )
 }
 
 /// A distributed object behind a guest handle.

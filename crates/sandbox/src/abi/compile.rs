@@ -174,12 +174,7 @@ fn abandon(c: &mut Ctx, why: &str) {
 pub(crate) fn before_data_read(c: &mut Ctx, h: i32, what: &str) -> HostResult<Tensor> {
     let v = value(c, h)?;
     let GuestValue::Traced(id) = v else {
-        return match v {
-            GuestValue::Eager(t) => Ok(t),
-            GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
-            GuestValue::Dist(d) => Err(d.not_a_tensor()),
-            GuestValue::Traced(_) => unreachable!("handled below"),
-        };
+        return v.as_eager().cloned();
     };
     let state = c.data_mut();
     let active = state

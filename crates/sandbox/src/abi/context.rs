@@ -12,7 +12,7 @@ use crate::compile_state::CompileState;
 use crate::guest_output::OutputSink;
 use crate::handles::HandleTable;
 use crate::status::{ErrorCode, Fail, HostResult};
-use crate::values::GuestValue;
+use crate::values::{tokenizer_not_a_tensor, GuestValue};
 use crate::Shared;
 use neuronlab_core::device::topology::CoreId;
 use neuronlab_core::tensor::{Tensor, TensorMeta};
@@ -241,6 +241,7 @@ pub(crate) fn meta(caller: &Ctx, h: i32) -> HostResult<TensorMeta> {
         }),
         GuestValue::Gone(why) => Err(Fail(ErrorCode::Handle, why)),
         GuestValue::Dist(d) => Err(d.not_a_tensor()),
+        GuestValue::Tokenizer(_) => Err(tokenizer_not_a_tensor()),
     }
 }
 

@@ -208,6 +208,7 @@ fn wrong_kind(v: &GuestValue, expected: &str) -> Fail {
     let actual = match v {
         GuestValue::Dist(d) => d.kind(),
         GuestValue::Eager(_) | GuestValue::Traced(_) => "a tensor",
+        GuestValue::Tokenizer(_) => "a tokenizer",
         GuestValue::Gone(why) => return Fail(ErrorCode::Handle, why.clone()),
     };
     Fail(

@@ -149,7 +149,7 @@ pub(crate) const GRAD: &[Import] = imports! { Grad;
         let r = (|| {
             if let Some(done) = in_trace(&mut c, |t| {
                 let current = t.value(h)?;
-                if let GuestValue::Gone(_) | GuestValue::Dist(_) = current {
+                if let GuestValue::Gone(_) | GuestValue::Dist(_) | GuestValue::Tokenizer(_) = current {
                     current.as_eager()?;
                 }
                 let data = t.id(data_h)?;

@@ -5,7 +5,8 @@
 //!
 //! - [`table`]: the [`Import`] row, and the `imports!` macro each group declares its rows with.
 //! - `context.rs`: the guest's host state and the checked helpers every import uses.
-//! - one file per group: `sys`, `tensor`, `op`, `compile`, `dist`, `vars`, `grad`, `fs`, `ckpt`.
+//! - one file per group: `sys`, `tensor`, `op`, `compile`, `dist`, `vars`, `grad`, `fs`, `ckpt`,
+//!   `tok`.
 //!
 //! [`IMPORTS`] is the one list: the load-time check of a module's imports, the linker, and
 //! the test that keeps ABI.md, `neuronlab.h` and the Rust SDK's externs in step all read it.
@@ -20,6 +21,7 @@ mod op;
 mod sys;
 pub mod table;
 mod tensor;
+mod tok;
 mod vars;
 
 use wasmtime::Linker;
@@ -28,7 +30,7 @@ use context::GuestState;
 pub use table::{Group, Import, WasmType, MODULE};
 
 /// Every import this host provides, group by group, in ABI.md's order.
-pub static IMPORTS: [&[Import]; 9] = [
+pub static IMPORTS: [&[Import]; 10] = [
     sys::SYS,
     tensor::TENSOR,
     op::OP,
@@ -38,6 +40,7 @@ pub static IMPORTS: [&[Import]; 9] = [
     grad::GRAD,
     fs::FS,
     ckpt::CKPT,
+    tok::TOK,
 ];
 
 /// Every import, in order.

@@ -30,6 +30,8 @@ pub enum Group {
     Fs,
     /// Safetensors checkpoints in the granted folders.
     Ckpt,
+    /// Hugging Face tokenizers, loaded from the granted folders.
+    Tok,
 }
 
 impl Group {
@@ -45,6 +47,7 @@ impl Group {
             Group::Grad => "grad",
             Group::Fs => "fs",
             Group::Ckpt => "ckpt",
+            Group::Tok => "tok",
         }
     }
 
@@ -56,6 +59,7 @@ impl Group {
             Group::Dist | Group::Vars => (1, 2),
             Group::Grad => (1, 4),
             Group::Fs | Group::Ckpt => (1, 5),
+            Group::Tok => (1, 6),
         }
     }
 }
