@@ -342,3 +342,34 @@ def test_finetuning_compiled_equals_eager_and_saves_a_standard_checkpoint(tmp_pa
         (tmp_path / "m" / "config.json").read_text()
     )
     assert ref.causal_lm_loss(c, tuned, ids) < compiled[-1]
+
+
+def test_text_prompts_go_through_the_folders_tokenizer(tmp_path):
+    """A folder with tokenizer.json (a Llama-3-style byte-level BPE trained here): `--prompt`
+    is encoded as Python's tokenizers encodes it, and the tokens are decoded as it decodes
+    them."""
+    from test_tokenizers import llama3
+
+    tok = llama3()
+    c = ref.config(vocab_size=tok.get_vocab_size(), eos_token_id=tok.token_to_id("<|end_of_text|>"))
+    weights = ref.random_weights(c, 31)
+    ref.write_folder(tmp_path / "m", c, weights, "f32")
+    tok.save(str(tmp_path / "m" / "tokenizer.json"))
+    (tmp_path / "out").mkdir()
+    text = "Grüße, the model says: 12 + 30 = 42 🤖"
+    stdout, tokens = generate(tmp_path / "m", tmp_path / "out", "--prompt", text, "--max-new-tokens", "6")
+    prompt = tok.encode(text).ids
+    assert re.search(rf"^prompt ids: {','.join(map(str, prompt))}$", stdout, re.M), stdout
+    assert prompt[0] == tok.token_to_id("<|begin_of_text|>")
+    # The text may hold newlines: it runs up to the next line the experiment prints.
+    decoded = re.search(r"^text: (.*?)\nmodeled time per token:", stdout, re.M | re.S)
+    assert decoded and decoded.group(1) == tok.decode(tokens, skip_special_tokens=True), stdout
+    # The greedy tokens are the reference's.
+    seq = list(prompt)
+    for t in tokens:
+        assert t == int(np.argmax(ref.logits(c, weights, seq, "f32")[-1]))
+        seq.append(t)
+
+    no_tok = tmp_path / "bare"
+    ref.write_folder(no_tok, c, weights, "f32")
+    assert "has no tokenizer.json; give --prompt-ids" in failing(no_tok, tmp_path / "out", "--prompt", "hi")

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! The model is the granted folder holding `config.json` (or `--model NAME`). It prints
-//! `tokens: ...` (the generated ids, and the text when the folder has a tokenizer) for each
+//! `tokens: ...` (the generated ids) and, when the folder has a `tokenizer.json`, `text: ...`
+//! (their decoding; `--prompt` text is encoded with it, special tokens added) for each
 //! prompt (the prompt flags may be repeated; the prompts share one generator, so prompts in
 //! one 128-token bucket share a prefill program), then the compile counts of the prefill and
 //! decode functions. With a dynamic cache every decode
@@ -20,6 +21,7 @@
 use neuronlab::nn::{CacheKind, GenerationConfig, Generator, LlamaForCausalLM};
 use neuronlab::prelude::*;
 use neuronlab::println;
+use neuronlab::tokenizer::Tokenizer;
 
 /// What the command line asks for.
 struct Request {
@@ -143,13 +145,24 @@ fn run() -> Result<()> {
         neuronlab::nn::Module::num_parameters(&model),
         model.model.embed_tokens.weight.dtype()
     );
-    if !r.prompts.is_empty() {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            "--prompt needs a tokenizer, which this build does not have yet; give --prompt-ids",
-        ));
+    let tokenizer = if fs::list_dir(&folder)?.iter().any(|f| f == "tokenizer.json") {
+        Some(Tokenizer::from_file(&format!("{folder}/tokenizer.json"))?)
+    } else {
+        None
+    };
+    let mut prompts = r.prompt_ids;
+    for text in &r.prompts {
+        let tok = tokenizer.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Invalid,
+                format!("--prompt needs a tokenizer, and `{folder}` has no tokenizer.json; give --prompt-ids"),
+            )
+        })?;
+        let ids = tok.encode(text, true)?;
+        let shown: Vec<String> = ids.iter().map(|t| t.to_string()).collect();
+        println!("prompt ids: {}", shown.join(","));
+        prompts.push(ids);
     }
-    let prompts = r.prompt_ids;
     let mut config = r.config;
     let bucket = config.prefill_bucket.max(1);
     if config.max_cache_len.is_none() && config.cache == CacheKind::Static {
@@ -164,6 +177,9 @@ fn run() -> Result<()> {
         let out = generator.generate(prompt)?;
         let ids: Vec<String> = out.tokens.iter().map(|t| t.to_string()).collect();
         println!("tokens: {}", ids.join(","));
+        if let Some(tok) = &tokenizer {
+            println!("text: {}", tok.decode(&out.tokens, true)?);
+        }
         let times = &out.device_time_per_token;
         let decode = &times[1.min(times.len())..];
         let mean = decode
