@@ -272,6 +272,55 @@ fn collective(op: &str, x: &Tensor, attrs: Attrs, group: &Group) -> Result<Tenso
     sys::dist_collective(op, group.handle, x.handle(), attrs.as_bytes()).map(Tensor::from_handle)
 }
 
+/// Megatron-LM's mappings for tensor parallelism: collectives whose backward is chosen for
+/// a loss computed on every rank of the group from replicated values, so each rank's
+/// gradient of a replicated tensor is already the whole gradient. The plain collectives
+/// ([`all_reduce`] and the rest) differentiate with their adjoint instead (an all-gather's
+/// backward is a reduce-scatter of the sum), which is right when each rank's gradient is its
+/// own part of one sum, as in data parallelism and FSDP.
+pub mod region {
+    use super::{collective, dim_attr, Group};
+    use crate::attrs::Attrs;
+    use crate::error::Result;
+    use crate::tensor::Tensor;
+
+    /// `x` unchanged forward; backward all-reduces the gradient (the input of a
+    /// column-parallel layer, Megatron's `copy_to_tensor_model_parallel_region`).
+    pub fn copy_to(x: &Tensor, group: &Group) -> Result<Tensor> {
+        collective(
+            "identity",
+            x,
+            Attrs::new().str("backward", "all_reduce"),
+            group,
+        )
+    }
+
+    /// The sum over the group forward; the gradient passes unchanged (the output of a
+    /// row-parallel layer, `reduce_from_tensor_model_parallel_region`).
+    pub fn reduce_from(x: &Tensor, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new().str("op", "sum").str("backward", "identity");
+        collective("all_reduce", x, attrs, group)
+    }
+
+    /// Every rank's `x` concatenated along `dim` forward; backward keeps this rank's chunk of
+    /// the gradient (`gather_from_tensor_model_parallel_region`).
+    pub fn gather_from(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new()
+            .int("dim", dim_attr(dim))
+            .str("backward", "split");
+        collective("all_gather", x, attrs, group)
+    }
+
+    /// This rank's `torch.chunk` chunk of `x` along `dim` forward; backward all-gathers the
+    /// gradient (`scatter_to_tensor_model_parallel_region`).
+    pub fn scatter_to(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new()
+            .int("dim", dim_attr(dim))
+            .str("backward", "all_gather");
+        collective("split", x, attrs, group)
+    }
+}
+
 /// A dim as the ABI's int attribute.
 fn dim_attr(dim: usize) -> i64 {
     // A wasm32 usize always fits an i64.
@@ -279,7 +328,8 @@ fn dim_attr(dim: usize) -> i64 {
 }
 
 /// The reduction with `op` of every rank's `x` over `group`, on every rank (torch's
-/// `all_reduce`).
+/// `all_reduce`). Differentiable for sum and avg: the gradient is all-reduced the same way
+/// (see [`region`] for tensor parallelism's conjugates).
 ///
 /// # Errors
 ///
@@ -296,7 +346,8 @@ pub fn all_reduce(x: &Tensor, op: ReduceOp, group: &Group) -> Result<Tensor> {
 }
 
 /// Every rank's `x` concatenated along `dim`, in group order, on every rank (torch's
-/// `all_gather_into_tensor`). The tensors may differ in size along `dim` only.
+/// `all_gather_into_tensor`). The tensors may differ in size along `dim` only. Its gradient is
+/// the reduce-scatter (sum) of the output's gradient, which needs equal sizes.
 ///
 /// # Errors
 ///
@@ -318,6 +369,7 @@ pub fn all_gather(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
 
 /// This rank's chunk along `dim` of the reduction with `op` of every rank's `x` (torch's
 /// `reduce_scatter_tensor`). Chunks follow `torch.chunk`, so they may be uneven or empty.
+/// With sum, its gradient is the all-gather of the output's gradient.
 ///
 /// # Errors
 ///

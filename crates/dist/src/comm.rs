@@ -296,7 +296,7 @@ impl World {
         RankComm {
             world: self.clone(),
             rank,
-            seqs: HashMap::new(),
+            seqs: Arc::default(),
             cancel: None,
         }
     }
@@ -314,11 +314,13 @@ impl World {
 }
 
 /// One rank's side of a [`World`]: its rank, its core, and how many collectives it has issued
-/// on each group.
+/// on each group. Clones share the counts: a clone is how a recorded backward issues its
+/// collectives as the rank it was recorded on.
+#[derive(Clone)]
 pub struct RankComm {
     world: Arc<World>,
     rank: u32,
-    seqs: HashMap<Vec<u32>, u64>,
+    seqs: Arc<Mutex<HashMap<Vec<u32>, u64>>>,
     cancel: Option<Arc<AtomicBool>>,
 }
 
@@ -431,7 +433,8 @@ impl RankComm {
         let key = MeetingKey {
             group: group.ranks().to_vec(),
             seq: {
-                let seq = self.seqs.entry(group.ranks().to_vec()).or_insert(0);
+                let mut seqs = self.seqs.lock().unwrap_or_else(PoisonError::into_inner);
+                let seq = seqs.entry(group.ranks().to_vec()).or_insert(0);
                 *seq += 1;
                 *seq
             },

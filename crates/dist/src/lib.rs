@@ -25,7 +25,7 @@ pub mod mesh;
 pub mod placement;
 pub mod ring_cost;
 
-pub use combine::ReduceOp;
+pub use combine::{chunk_sizes, ReduceOp};
 pub use comm::{RankComm, World, WorldOptions, DEFAULT_COLLECTIVE_TIMEOUT};
 pub use dtensor::{plan_redistribute, shard_layout, DTensor, RedistributeStep};
 pub use group::ProcessGroup;

@@ -22,6 +22,7 @@ pub mod var_store;
 
 mod attr_codec;
 mod cache;
+mod collective_grad;
 mod compile_state;
 mod grad_trace;
 mod guest;

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::derivatives::{self, OpBackward, OpCalls};
+use super::function::FunctionBackward;
 use super::{as_backward, errors};
 use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
@@ -141,15 +142,23 @@ fn walk(
         let Some(state) = state.as_ref() else {
             return Err(errors::freed(node.name));
         };
-        let state: &OpBackward = state.downcast_ref().ok_or_else(|| {
-            Error::Invalid(format!(
-                "internal error: {} holds no op backward",
+        let kind = if let Some(op) = state.downcast_ref::<OpBackward>() {
+            Backward::Op(op)
+        } else if let Some(f) = state.downcast_ref::<FunctionBackward>() {
+            Backward::Function(f)
+        } else {
+            return Err(Error::Invalid(format!(
+                "internal error: {} holds no backward",
                 node.name
-            ))
-        })?;
-        let mut out_grads = Vec::with_capacity(state.output_metas.len());
+            )));
+        };
+        let (output_metas, core) = match kind {
+            Backward::Op(op) => (&op.output_metas, op.core),
+            Backward::Function(f) => (&f.output_metas, f.core),
+        };
+        let mut out_grads = Vec::with_capacity(output_metas.len());
         let mut any = false;
-        for (k, meta) in state.output_metas.iter().enumerate() {
+        for (k, meta) in output_metas.iter().enumerate() {
             match pending.remove(&(ptr, k)) {
                 Some(g) => {
                     if wanted.contains(&(ptr, k)) {
@@ -158,14 +167,17 @@ fn walk(
                     any = true;
                     out_grads.push(g);
                 }
-                None => out_grads.push(zeros(rt, meta, state.core)?),
+                None => out_grads.push(zeros(rt, meta, core)?),
             }
         }
         if !any {
             continue;
         }
         let needs: Vec<bool> = node.next.iter().map(Option::is_some).collect();
-        let in_grads = derivatives::input_grads(rt, node.name, state, &out_grads, &needs)?;
+        let in_grads = match kind {
+            Backward::Op(op) => derivatives::input_grads(rt, node.name, op, &out_grads, &needs)?,
+            Backward::Function(f) => f.input_grads(rt, node.name, &out_grads, &needs)?,
+        };
         for (edge, g) in node.next.iter().zip(in_grads) {
             if let (Some(edge), Some(g)) = (edge, g) {
                 deliver(rt, edge, g, &mut pending, &mut leaves)?;
@@ -234,6 +246,13 @@ fn deliver(
         }
     }
     Ok(())
+}
+
+/// A node's backward: a registry op's formula, or a recorded function's.
+#[derive(Clone, Copy)]
+enum Backward<'a> {
+    Op(&'a OpBackward),
+    Function(&'a FunctionBackward),
 }
 
 fn zeros(rt: &Runtime, meta: &TensorMeta, core: CoreId) -> Result<Tensor> {

@@ -7,6 +7,8 @@
 //! - The table of backward formulas ([`derivatives`]): one row per registry op, either a VJP
 //!   written as registry ops (so backward runs through the same kernels, costs and events, and
 //!   can be traced) or explicitly not differentiable.
+//! - Recorded functions ([`function`]): nodes whose backward the caller writes, for work that
+//!   is not a registry op (collectives, recorded by the sandbox).
 //! - The engine ([`engine`]): `backward` and the functional `grad` walk the recorded nodes in
 //!   reverse creation order, reduce broadcast gradients back to each input's shape, accumulate
 //!   leaves' `.grad`, and free saved tensors unless asked to retain the graph.
@@ -19,12 +21,14 @@
 pub mod derivatives;
 pub mod engine;
 pub mod errors;
+pub mod function;
 mod record;
 
 use std::cell::Cell;
 use std::sync::Arc;
 
 pub use engine::{backward, grad};
+pub use function::{record_function, BackwardFn};
 pub(crate) use record::record;
 
 use crate::error::{Error, Result};

@@ -10,6 +10,7 @@ use super::compile::before_data_read;
 use super::context::{insert, read, read_str, status, value, write_capped, Ctx};
 use super::table::{imports, Import};
 use crate::attr_codec;
+use crate::collective_grad;
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::{DistValue, GuestValue};
 use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
@@ -154,25 +155,44 @@ pub(crate) const DIST: &[Import] = imports! { Dist;
 /// The reduce ops' names, as the `op` attribute takes them.
 const REDUCE_OPS: &[&str] = &["sum", "avg", "product", "min", "max"];
 
-const ALL_REDUCE: &[AttrSpec] = &[AttrSpec::choice("op", "sum", REDUCE_OPS)];
-const ALL_GATHER: &[AttrSpec] = &[AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0))];
-const REDUCE_SCATTER: &[AttrSpec] = &[
+/// What every collective takes beside its own attributes: how its gradient flows
+/// ([`collective_grad`]).
+macro_rules! with_backward {
+    ($($spec:expr),* $(,)?) => {
+        &[
+            $($spec,)*
+            AttrSpec::choice("backward", "adjoint", collective_grad::BACKWARDS),
+            AttrSpec::choice("backward_op", "sum", REDUCE_OPS),
+        ]
+    };
+}
+
+const ALL_REDUCE: &[AttrSpec] = with_backward![AttrSpec::choice("op", "sum", REDUCE_OPS)];
+const ALL_GATHER: &[AttrSpec] =
+    with_backward![AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0))];
+const REDUCE_SCATTER: &[AttrSpec] = with_backward![
     AttrSpec::choice("op", "sum", REDUCE_OPS),
     AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0)),
 ];
-const ALL_TO_ALL: &[AttrSpec] = &[
+const ALL_TO_ALL: &[AttrSpec] = with_backward![
     AttrSpec::new("split_dim", AttrKind::Int, AttrDefault::Int(0)),
     AttrSpec::new("concat_dim", AttrKind::Int, AttrDefault::Int(0)),
 ];
-const BROADCAST: &[AttrSpec] = &[AttrSpec::new("src", AttrKind::Int, AttrDefault::Optional)];
+const BROADCAST: &[AttrSpec] =
+    with_backward![AttrSpec::new("src", AttrKind::Int, AttrDefault::Optional)];
+const IDENTITY: &[AttrSpec] = with_backward![];
+const SPLIT: &[AttrSpec] = with_backward![AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0))];
 
-/// The collectives `dist_collective` knows, with their attributes.
+/// The collectives `dist_collective` knows, with their attributes. `identity` and `split`
+/// move no data forward; they exist for their backward (Megatron-LM's mappings).
 const COLLECTIVES: &[(&str, &[AttrSpec])] = &[
     ("all_reduce", ALL_REDUCE),
     ("all_gather", ALL_GATHER),
     ("reduce_scatter", REDUCE_SCATTER),
     ("all_to_all", ALL_TO_ALL),
     ("broadcast", BROADCAST),
+    ("identity", IDENTITY),
+    ("split", SPLIT),
 ];
 
 fn comm<'a>(c: &'a mut Ctx) -> &'a mut RankComm {
@@ -270,37 +290,53 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
         .map_err(|e| Fail(ErrorCode::Invalid, format!("{op}: {e}")))?;
     let group = group(c, g)?;
     let t = input(c, h, op)?;
+    let declared = |name: &str| specs.iter().any(|s| s.name == name);
+    let int_dim = |name: &str| -> HostResult<usize> {
+        if declared(name) {
+            dim(op, name, attrs.int(name), &t)
+        } else {
+            Ok(0)
+        }
+    };
+    let reduce = if declared("op") {
+        reduce_op(&attrs)?
+    } else {
+        ReduceOp::Sum
+    };
+    let src = match declared("src").then(|| attrs.opt_int("src")).flatten() {
+        Some(src) => u32::try_from(src).map_err(|_| {
+            Fail(
+                ErrorCode::Invalid,
+                format!("broadcast: src {src} is not a rank"),
+            )
+        })?,
+        None => group.ranks()[0],
+    };
+    let call = collective_grad::Call {
+        op,
+        reduce,
+        dim: int_dim("dim")?,
+        split_dim: int_dim("split_dim")?,
+        concat_dim: int_dim("concat_dim")?,
+        src,
+        backward: attrs.str("backward"),
+        backward_reduce: ReduceOp::parse(attrs.str("backward_op"))
+            .map_err(|e| Fail(ErrorCode::Invalid, e))?,
+    };
+    let runtime = c.data().runtime.clone();
     let comm = comm(c);
-    let out: HostResult<Tensor> = match op {
-        "all_reduce" => Ok(comm.all_reduce(&group, &t, reduce_op(&attrs)?)?),
-        "all_gather" => {
-            let d = dim(op, "dim", attrs.int("dim"), &t)?;
-            Ok(comm.all_gather(&group, &t, d)?)
-        }
-        "reduce_scatter" => {
-            let d = dim(op, "dim", attrs.int("dim"), &t)?;
-            Ok(comm.reduce_scatter(&group, &t, reduce_op(&attrs)?, d)?)
-        }
-        "all_to_all" => {
-            let split = dim(op, "split_dim", attrs.int("split_dim"), &t)?;
-            let concat = dim(op, "concat_dim", attrs.int("concat_dim"), &t)?;
-            Ok(comm.all_to_all(&group, &t, split, concat)?)
-        }
-        "broadcast" => {
-            let src = match attrs.opt_int("src") {
-                Some(src) => u32::try_from(src).map_err(|_| {
-                    Fail(
-                        ErrorCode::Invalid,
-                        format!("broadcast: src {src} is not a rank"),
-                    )
-                })?,
-                None => group.ranks()[0],
-            };
-            Ok(comm.broadcast(&group, &t, src)?)
-        }
+    let out = match op {
+        "all_reduce" => comm.all_reduce(&group, &t, reduce)?,
+        "all_gather" => comm.all_gather(&group, &t, call.dim)?,
+        "reduce_scatter" => comm.reduce_scatter(&group, &t, reduce, call.dim)?,
+        "all_to_all" => comm.all_to_all(&group, &t, call.split_dim, call.concat_dim)?,
+        "broadcast" => comm.broadcast(&group, &t, src)?,
+        "identity" => t.detach(),
+        "split" => collective_grad::own_chunk(&runtime, comm, &group, &t.detach(), call.dim)?,
         _ => unreachable!("looked up in COLLECTIVES"),
     };
-    insert(c, out?)
+    let out = collective_grad::record(&runtime, comm, &group, &call, &t, out)?;
+    insert(c, out)
 }
 
 fn placements(c: &mut Ctx, ptr: i32, len: i32) -> HostResult<Vec<Placement>> {
