@@ -272,7 +272,8 @@ fn collective(op: &str, x: &Tensor, attrs: Attrs, group: &Group) -> Result<Tenso
     sys::dist_collective(op, group.handle, x.handle(), attrs.as_bytes()).map(Tensor::from_handle)
 }
 
-/// Megatron-LM's mappings for tensor parallelism: collectives whose backward is chosen for
+/// Collectives with a chosen backward. Megatron-LM's mappings for tensor parallelism are
+/// collectives whose backward is chosen for
 /// a loss computed on every rank of the group from replicated values, so each rank's
 /// gradient of a replicated tensor is already the whole gradient. The plain collectives
 /// ([`all_reduce`] and the rest) differentiate with their adjoint instead (an all-gather's
@@ -308,6 +309,17 @@ pub mod region {
         let attrs = Attrs::new()
             .int("dim", dim_attr(dim))
             .str("backward", "split");
+        collective("all_gather", x, attrs, group)
+    }
+
+    /// Every rank's shard concatenated along `dim` forward; backward reduce-scatters the
+    /// gradient with avg, so each rank's shard gets the mean over the group of the whole
+    /// gradient (FSDP's unsharding of a parameter, each rank on its own data).
+    pub fn unshard(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new()
+            .int("dim", dim_attr(dim))
+            .str("backward", "reduce_scatter")
+            .str("backward_op", "avg");
         collective("all_gather", x, attrs, group)
     }
 

@@ -4,6 +4,7 @@
 
 use super::cache::KvCache;
 use super::layers::Linear;
+use super::param::Param;
 use super::{join, rotary, scalar, Module};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -93,7 +94,7 @@ impl Attention {
 }
 
 impl Module for Attention {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         self.q_proj.visit_parameters(&join(prefix, "q_proj"), f);
         self.k_proj.visit_parameters(&join(prefix, "k_proj"), f);
         self.v_proj.visit_parameters(&join(prefix, "v_proj"), f);

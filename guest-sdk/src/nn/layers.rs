@@ -1,7 +1,11 @@
 //! The basic layers: [`Linear`], [`Embedding`], [`RmsNorm`], [`LayerNorm`] and the SwiGLU
 //! [`Mlp`], each with torch's semantics and parameter names.
 
+use std::rc::Rc;
+
+use super::param::Param;
 use super::{join, scalar, Module};
+use crate::dist::{region, Group};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::{
@@ -21,18 +25,26 @@ pub(crate) fn ones_param(shape: &[i64], dtype: DType) -> Result<Tensor> {
     ones_with(shape, OnesOptions::new().dtype(dtype))?.requires_grad()
 }
 
-/// `y = x Wᵀ + b`, torch's `nn.Linear`: `weight` is `[out_features, in_features]`.
+/// `y = x Wᵀ + b`, torch's `nn.Linear`: `weight` is `[out_features, in_features]`. Under
+/// tensor parallelism ([`Parallel`]) this rank holds a slice of the weight and the layer
+/// runs the collectives of its style.
 pub struct Linear {
-    /// `[out_features, in_features]`.
-    pub weight: Tensor,
+    /// `[out_features, in_features]` (this rank's rows or columns under tensor parallelism).
+    pub weight: Param,
     /// `[out_features]`, if the layer has a bias.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Param>,
+    /// How the layer is split over a tensor-parallel group.
+    pub parallel: Parallel,
 }
 
 impl Linear {
     /// A layer with these parameters.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Linear {
-        Linear { weight, bias }
+        Linear {
+            weight: Param::new(weight),
+            bias: bias.map(Param::new),
+            parallel: Parallel::None,
+        }
     }
 
     /// A layer with weights from N(0, std²) (Hugging Face's init for Llama) and a zero bias.
@@ -50,31 +62,51 @@ impl Linear {
         } else {
             None
         };
-        Ok(Linear { weight, bias })
+        Ok(Linear::new(weight, bias))
     }
 
     /// `x Wᵀ + b` over the last dim of `x`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.transpose()?)?;
-        match &self.bias {
+        let bias = self.bias.as_ref().map(Param::value).transpose()?;
+        let add_bias = |y: Tensor| match &bias {
             Some(b) => y.add(b),
             None => Ok(y),
+        };
+        let weight = self.weight.value()?;
+        match &self.parallel {
+            Parallel::None => add_bias(x.matmul(&weight.transpose()?)?),
+            Parallel::Colwise {
+                group,
+                gather_output,
+            } => {
+                let y = add_bias(region::copy_to(x, group)?.matmul(&weight.transpose()?)?)?;
+                if *gather_output {
+                    region::gather_from(&y, y.rank() - 1, group)
+                } else {
+                    Ok(y)
+                }
+            }
+            // The bias is added once, after the sum of the partial products.
+            Parallel::Rowwise { group } => add_bias(region::reduce_from(
+                &x.matmul(&weight.transpose()?)?,
+                group,
+            )?),
         }
     }
 
-    /// `in_features`.
+    /// `in_features` (this rank's, under row-wise parallelism).
     pub fn in_features(&self) -> i64 {
         self.weight.shape()[1]
     }
 
-    /// `out_features`.
+    /// `out_features` (this rank's, under column-wise parallelism).
     pub fn out_features(&self) -> i64 {
         self.weight.shape()[0]
     }
 }
 
 impl Module for Linear {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         f(join(prefix, "weight"), &self.weight);
         if let Some(b) = &self.bias {
             f(join(prefix, "bias"), b);
@@ -82,30 +114,74 @@ impl Module for Linear {
     }
 }
 
-/// Rows of a table picked by integer ids, torch's `nn.Embedding`.
+/// How a [`Linear`] is split over a tensor-parallel group (torch's `ColwiseParallel` and
+/// `RowwiseParallel` on Megatron-LM's mappings).
+pub enum Parallel {
+    /// The whole layer on every rank.
+    None,
+    /// This rank holds a block of output rows: the input is replicated (its gradient
+    /// all-reduced in backward) and the output sharded on its last dim, or gathered whole
+    /// when `gather_output` (a vocabulary-parallel LM head).
+    Colwise {
+        /// The tensor-parallel group.
+        group: Rc<Group>,
+        /// All-gather the output's last dim.
+        gather_output: bool,
+    },
+    /// This rank holds a block of input columns: the input is sharded on its last dim and
+    /// the partial outputs are all-reduced (their gradient passes unchanged).
+    Rowwise {
+        /// The tensor-parallel group.
+        group: Rc<Group>,
+    },
+}
+
+/// Rows of a table picked by integer ids, torch's `nn.Embedding`; vocabulary-parallel
+/// (Megatron's `VocabParallelEmbedding`) when `vocab_parallel` is set.
 pub struct Embedding {
-    /// `[num_embeddings, embedding_dim]`.
-    pub weight: Tensor,
+    /// `[num_embeddings, embedding_dim]` (this rank's rows when vocabulary-parallel).
+    pub weight: Param,
+    /// The tensor-parallel group and this rank's first row, when the rows are split.
+    pub vocab_parallel: Option<(Rc<Group>, i64)>,
 }
 
 impl Embedding {
     /// An embedding with this table.
     pub fn new(weight: Tensor) -> Embedding {
-        Embedding { weight }
+        Embedding {
+            weight: Param::new(weight),
+            vocab_parallel: None,
+        }
     }
 
-    /// `weight[ids]`: `ids` of any shape, integer; the result has one more dim.
+    /// `weight[ids]`: `ids` of any shape, integer; the result has one more dim. Split over
+    /// the vocabulary, each rank looks up the ids in its rows (zeros for the others) and the
+    /// ranks' rows are summed.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::Invalid`] for an id outside `0..num_embeddings`, naming it.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        ids.embedding(&self.weight)
+        let weight = self.weight.value()?;
+        let Some((group, first)) = &self.vocab_parallel else {
+            return ids.embedding(&weight);
+        };
+        let rows = weight.shape()[0];
+        let local = ids.sub(&scalar(*first as f64, ids.dtype())?)?;
+        let mine = local
+            .ge(&scalar(0.0, ids.dtype())?)?
+            .logical_and(&local.lt(&scalar(rows as f64, ids.dtype())?)?)?;
+        let safe = mine.where_(&local, &scalar(0.0, ids.dtype())?)?;
+        let picked = safe.embedding(&weight)?;
+        let kept = mine
+            .unsqueeze(-1)?
+            .where_(&picked, &scalar(0.0, weight.dtype())?)?;
+        region::reduce_from(&kept, group)
     }
 }
 
 impl Module for Embedding {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         f(join(prefix, "weight"), &self.weight);
     }
 }
@@ -114,7 +190,7 @@ impl Module for Embedding {
 /// f32, cast back to the input's dtype, then scaled by `weight`.
 pub struct RmsNorm {
     /// `[hidden_size]`.
-    pub weight: Tensor,
+    pub weight: Param,
     /// Added to the mean square.
     pub eps: f64,
 }
@@ -122,7 +198,10 @@ pub struct RmsNorm {
 impl RmsNorm {
     /// A norm with this weight.
     pub fn new(weight: Tensor, eps: f64) -> RmsNorm {
-        RmsNorm { weight, eps }
+        RmsNorm {
+            weight: Param::new(weight),
+            eps,
+        }
     }
 
     /// `weight * (x / sqrt(mean(x²) + eps))`.
@@ -133,12 +212,12 @@ impl RmsNorm {
             .square()?
             .mean_with(MeanOptions::new().dims(&[-1]).keepdim(1))?;
         let normed = h.mul(&mean_square.add(&scalar(self.eps, DType::F32)?)?.rsqrt()?)?;
-        self.weight.mul(&in_dtype(&normed, dtype)?)
+        self.weight.value()?.mul(&in_dtype(&normed, dtype)?)
     }
 }
 
 impl Module for RmsNorm {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         f(join(prefix, "weight"), &self.weight);
     }
 }
@@ -155,9 +234,9 @@ pub(crate) fn in_dtype(x: &Tensor, dtype: DType) -> Result<Tensor> {
 /// Layer norm over the last dim, torch's `nn.LayerNorm`.
 pub struct LayerNorm {
     /// `[hidden_size]`, if the norm is affine.
-    pub weight: Option<Tensor>,
+    pub weight: Option<Param>,
     /// `[hidden_size]`, if the norm has a bias.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Param>,
     /// Added to the variance.
     pub eps: f64,
 }
@@ -165,7 +244,11 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// A norm with these parameters.
     pub fn new(weight: Option<Tensor>, bias: Option<Tensor>, eps: f64) -> LayerNorm {
-        LayerNorm { weight, bias, eps }
+        LayerNorm {
+            weight: weight.map(Param::new),
+            bias: bias.map(Param::new),
+            eps,
+        }
     }
 
     /// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim.
@@ -176,9 +259,11 @@ impl LayerNorm {
                 "LayerNorm needs a tensor with at least one dim",
             )
         })?;
+        let weight = self.weight.as_ref().map(Param::value).transpose()?;
+        let bias = self.bias.as_ref().map(Param::value).transpose()?;
         x.layer_norm_with(
-            self.weight.as_ref(),
-            self.bias.as_ref(),
+            weight.as_ref(),
+            bias.as_ref(),
             LayerNormOptions::new()
                 .normalized_shape(&[last])
                 .eps(self.eps),
@@ -187,7 +272,7 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         if let Some(w) = &self.weight {
             f(join(prefix, "weight"), w);
         }
@@ -217,7 +302,7 @@ impl Mlp {
 }
 
 impl Module for Mlp {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         self.gate_proj
             .visit_parameters(&join(prefix, "gate_proj"), f);
         self.up_proj.visit_parameters(&join(prefix, "up_proj"), f);

@@ -5,6 +5,7 @@
 use super::attention::{Attention, AttentionInputs};
 use super::cache::KvCache;
 use super::layers::{normal, ones_param, Embedding, Linear, Mlp, RmsNorm};
+use super::param::Param;
 use super::rotary::RotaryEmbedding;
 use super::state_dict::StateDict;
 use super::{join, Module};
@@ -314,7 +315,7 @@ impl DecoderLayer {
 }
 
 impl Module for DecoderLayer {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         self.self_attn
             .visit_parameters(&join(prefix, "self_attn"), f);
         self.mlp.visit_parameters(&join(prefix, "mlp"), f);
@@ -382,7 +383,7 @@ impl LlamaModel {
 }
 
 impl Module for LlamaModel {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         self.embed_tokens
             .visit_parameters(&join(prefix, "embed_tokens"), f);
         for (i, layer) in self.layers.iter().enumerate() {
@@ -643,7 +644,7 @@ impl LlamaForCausalLM {
 }
 
 impl Module for LlamaForCausalLM {
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor)) {
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param)) {
         self.model.visit_parameters(&join(prefix, "model"), f);
         if !self.config.tie_word_embeddings {
             self.lm_head.visit_parameters(&join(prefix, "lm_head"), f);

@@ -10,6 +10,8 @@
 //!   written at the cache position), and [`Generator`] (or
 //!   [`generate`](LlamaForCausalLM::generate) for one call) with greedy or seeded sampling,
 //!   its steps compiled.
+//! - [`parallel`]: tensor parallelism and FSDP for the Llama model, and its consolidated
+//!   state dict.
 //! - Every module is a [`Module`]: [`named_parameters`](Module::named_parameters) gives the
 //!   state-dict names (`model.layers.0.self_attn.q_proj.weight`), and
 //!   [`parameters`](Module::parameters) what an optimizer takes.
@@ -33,14 +35,17 @@ mod cache;
 mod generate;
 mod layers;
 mod llama;
+pub mod parallel;
+mod param;
 mod rotary;
 mod state_dict;
 
 pub use attention::Attention;
 pub use cache::{CacheKind, KvCache};
 pub use generate::{GenerationConfig, GenerationOutput, Generator, Sampler};
-pub use layers::{Embedding, LayerNorm, Linear, Mlp, RmsNorm};
+pub use layers::{Embedding, LayerNorm, Linear, Mlp, Parallel, RmsNorm};
 pub use llama::{DecoderLayer, LlamaConfig, LlamaForCausalLM, LlamaModel, RopeScaling};
+pub use param::Param;
 pub use rotary::RotaryEmbedding;
 pub use state_dict::StateDict;
 
@@ -52,17 +57,26 @@ use crate::tensor::Tensor;
 /// A module: something that holds parameters under state-dict names.
 pub trait Module {
     /// Calls `f` with each parameter's full name (`prefix` joined to the module's own names
-    /// with dots) and the parameter, in registration order, each tensor once.
-    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Tensor));
+    /// with dots) and the parameter, in registration order, each once.
+    fn visit_parameters<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Param));
 
-    /// Every parameter with its state-dict name, as torch's `named_parameters()`.
-    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+    /// Every parameter with its state-dict name.
+    fn named_params(&self) -> Vec<(String, &Param)> {
         let mut out = Vec::new();
-        self.visit_parameters("", &mut |name, t| out.push((name, t)));
+        self.visit_parameters("", &mut |name, p| out.push((name, p)));
         out
     }
 
-    /// Every parameter, as torch's `parameters()`: what an optimizer takes.
+    /// Every parameter's leaf (this rank's shard under FSDP or tensor parallelism) with its
+    /// state-dict name, as torch's `named_parameters()`.
+    fn named_parameters(&self) -> Vec<(String, &Tensor)> {
+        self.named_params()
+            .into_iter()
+            .map(|(n, p)| (n, p.tensor()))
+            .collect()
+    }
+
+    /// Every parameter's leaf, as torch's `parameters()`: what an optimizer takes.
     fn parameters(&self) -> Vec<&Tensor> {
         self.named_parameters()
             .into_iter()
@@ -70,9 +84,12 @@ pub trait Module {
             .collect()
     }
 
-    /// The number of parameter elements.
+    /// The number of parameter elements (whole, not this rank's shards).
     fn num_parameters(&self) -> i64 {
-        self.parameters().iter().map(|t| t.numel()).sum()
+        self.named_params()
+            .iter()
+            .map(|(_, p)| p.shape().iter().product::<i64>())
+            .sum()
     }
 }
 

@@ -1,0 +1,150 @@
+//! Tensor parallelism and FSDP for a [`LlamaForCausalLM`], as torch's
+//! `parallelize_module` with the Llama plan and FSDP2's `fully_shard` per decoder layer and
+//! at the root, on a 1-D group each or the two dims of a 2-D mesh.
+//!
+//! - [`parallelize`]: q/k/v and gate/up column-wise (each rank holds a block of heads and of
+//!   the MLP's width), o and down row-wise, the embedding vocabulary-parallel, the LM head
+//!   column-wise over the vocabulary with its logits gathered. The norms stay replicated.
+//! - [`fully_shard`]: every parameter (a tensor-parallel slice, if cut) sharded on dim 0
+//!   over the group; each forward all-gathers it, each backward reduce-scatters its gradient.
+//! - [`full_state_dict`]: every parameter gathered whole under its Hugging Face name, the
+//!   consolidated checkpoint `save_pretrained` writes.
+//!
+//! Sharded training runs eagerly: collectives are graph breaks under `compile`. The
+//! unsharded parameters a layer used stay alive as long as its backward needs them (they are
+//! saved like any activation): FSDP's reshard-after-forward, which frees them and gathers
+//! them again for backward, is not modeled.
+
+use std::rc::Rc;
+
+use super::layers::{Linear, Parallel};
+use super::llama::LlamaForCausalLM;
+use super::Module;
+use crate::dist::Group;
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::Tensor;
+
+fn divides(what: &str, n: i64, parts: usize) -> Result<i64> {
+    let parts = parts as i64;
+    if n % parts != 0 {
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            format!("tensor parallelism over {parts} ranks needs {what} ({n}) to be a multiple of {parts}"),
+        ));
+    }
+    Ok(n / parts)
+}
+
+/// Cuts `linear` column-wise (its output rows) over `group`.
+fn colwise(linear: &mut Linear, group: &Rc<Group>, gather_output: bool) -> Result<()> {
+    let rows = linear.out_features();
+    let size = divides("a column-parallel layer's out_features", rows, group.size())?;
+    let start = group.rank()? as i64 * size;
+    linear.weight.split(group, 0, start, size)?;
+    if let Some(b) = &mut linear.bias {
+        b.split(group, 0, start, size)?;
+    }
+    linear.parallel = Parallel::Colwise {
+        group: group.clone(),
+        gather_output,
+    };
+    Ok(())
+}
+
+/// Cuts `linear` row-wise (its input columns) over `group`; the bias stays whole.
+fn rowwise(linear: &mut Linear, group: &Rc<Group>) -> Result<()> {
+    let cols = linear.in_features();
+    let size = divides("a row-parallel layer's in_features", cols, group.size())?;
+    linear
+        .weight
+        .split(group, 1, group.rank()? as i64 * size, size)?;
+    linear.parallel = Parallel::Rowwise {
+        group: group.clone(),
+    };
+    Ok(())
+}
+
+/// Applies the Llama tensor-parallel plan over `tp`: each rank keeps its slices as new
+/// leaves (build optimizers after this). Head counts, the MLP's width and the vocabulary
+/// must be multiples of the group's size.
+pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
+    let c = &model.config;
+    let n = tp.size();
+    divides("num_attention_heads", c.num_attention_heads, n)?;
+    divides("num_key_value_heads", c.num_key_value_heads, n)?;
+    divides("intermediate_size", c.intermediate_size, n)?;
+    let rows = divides("vocab_size", c.vocab_size, n)?;
+    for layer in &mut model.model.layers {
+        let attn = &mut layer.self_attn;
+        for proj in [&mut attn.q_proj, &mut attn.k_proj, &mut attn.v_proj] {
+            colwise(proj, tp, false)?;
+        }
+        rowwise(&mut attn.o_proj, tp)?;
+        attn.num_heads /= n as i64;
+        attn.num_kv_heads /= n as i64;
+        colwise(&mut layer.mlp.gate_proj, tp, false)?;
+        colwise(&mut layer.mlp.up_proj, tp, false)?;
+        rowwise(&mut layer.mlp.down_proj, tp)?;
+    }
+    let first = tp.rank()? as i64 * rows;
+    let embed = &mut model.model.embed_tokens;
+    embed.weight.split(tp, 0, first, rows)?;
+    embed.vocab_parallel = Some((tp.clone(), first));
+    if model.config.tie_word_embeddings {
+        model.lm_head.weight = model.model.embed_tokens.weight.tie()?;
+        model.lm_head.parallel = Parallel::Colwise {
+            group: tp.clone(),
+            gather_output: true,
+        };
+    } else {
+        colwise(&mut model.lm_head, tp, true)?;
+    }
+    Ok(())
+}
+
+/// Shards every parameter of `model` on dim 0 over `fsdp` (FSDP2's `fully_shard` on each
+/// decoder layer and the root): each rank keeps its padded chunk as a new leaf (build
+/// optimizers after this). Tied embeddings stay one parameter.
+pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()> {
+    for layer in &mut model.model.layers {
+        let attn = &mut layer.self_attn;
+        for proj in [
+            &mut attn.q_proj,
+            &mut attn.k_proj,
+            &mut attn.v_proj,
+            &mut attn.o_proj,
+        ] {
+            proj.weight.shard(fsdp)?;
+            if let Some(b) = &mut proj.bias {
+                b.shard(fsdp)?;
+            }
+        }
+        let mlp = &mut layer.mlp;
+        for proj in [&mut mlp.gate_proj, &mut mlp.up_proj, &mut mlp.down_proj] {
+            proj.weight.shard(fsdp)?;
+            if let Some(b) = &mut proj.bias {
+                b.shard(fsdp)?;
+            }
+        }
+        layer.input_layernorm.weight.shard(fsdp)?;
+        layer.post_attention_layernorm.weight.shard(fsdp)?;
+    }
+    model.model.embed_tokens.weight.shard(fsdp)?;
+    model.model.norm.weight.shard(fsdp)?;
+    if model.config.tie_word_embeddings {
+        model.lm_head.weight = model.model.embed_tokens.weight.tie()?;
+    } else {
+        model.lm_head.weight.shard(fsdp)?;
+    }
+    Ok(())
+}
+
+/// Every parameter gathered whole, by its Hugging Face name (`lm_head.weight` left out when
+/// tied): what `save_pretrained` writes, loadable on one rank. Every rank must call it.
+pub fn full_state_dict(model: &LlamaForCausalLM) -> Result<Vec<(String, Tensor)>> {
+    model
+        .named_params()
+        .into_iter()
+        .map(|(name, p)| Ok((name, p.full()?)))
+        .collect()
+}

@@ -1,0 +1,192 @@
+//! [`Param`]: a module's parameter, whole or sharded. A module computes with
+//! [`Param::value`]; an optimizer updates [`Param::tensor`], the leaf this rank holds.
+//!
+//! Sharding is FSDP2's: the leaf is this rank's `torch.chunk` chunk of dim 0 over the
+//! data-parallel group, padded to the largest chunk so every rank's shard has one shape.
+//! `value` all-gathers the shards and cuts the padding off; the all-gather's backward is a
+//! reduce-scatter (averaged over the group: the mean of the ranks' losses), so the leaf's
+//! gradient is this rank's shard of the whole gradient.
+
+use std::rc::Rc;
+
+use crate::dist::{self, Group};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ops::{zeros_with, ZerosOptions};
+use crate::tensor::Tensor;
+
+/// A parameter: its leaf, and how it is split and sharded.
+pub struct Param {
+    tensor: Tensor,
+    /// Tensor parallelism's cut: this rank holds one of equal slices along a dim.
+    split: Option<Split>,
+    shard: Option<Shard>,
+}
+
+/// A tensor-parallel slice: the group and the dim the whole is cut along.
+struct Split {
+    group: Rc<Group>,
+    dim: usize,
+}
+
+/// An FSDP shard: the group, and the whole parameter's dim 0.
+struct Shard {
+    group: Rc<Group>,
+    rows: i64,
+}
+
+impl Param {
+    /// A whole parameter.
+    pub fn new(tensor: Tensor) -> Param {
+        Param {
+            tensor,
+            split: None,
+            shard: None,
+        }
+    }
+
+    /// The leaf this rank holds (a shard under FSDP): what optimizers update and
+    /// checkpoints of this rank hold.
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+
+    /// The parameter to compute with: the leaf, or under FSDP the all-gathered whole.
+    pub fn value(&self) -> Result<Tensor> {
+        match &self.shard {
+            None => self.tensor.try_clone(),
+            Some(s) => {
+                let gathered = dist::region::unshard(&self.tensor, 0, &s.group)?;
+                gathered.narrow(0, 0, s.rows)
+            }
+        }
+    }
+
+    /// The parameter's shape on this rank before FSDP sharding: the whole parameter, or its
+    /// tensor-parallel slice.
+    pub fn shape(&self) -> Vec<i64> {
+        let mut shape = self.tensor.shape();
+        if let Some(s) = &self.shard {
+            shape[0] = s.rows;
+        }
+        shape
+    }
+
+    /// The whole parameter's shape, across tensor-parallel slices too.
+    pub fn full_shape(&self) -> Vec<i64> {
+        let mut shape = self.shape();
+        if let Some(s) = &self.split {
+            shape[s.dim] *= s.group.size() as i64;
+        }
+        shape
+    }
+
+    /// The parameter's dtype.
+    pub fn dtype(&self) -> crate::dtype::DType {
+        self.tensor.dtype()
+    }
+
+    /// True when the parameter is sharded (FSDP).
+    pub fn is_sharded(&self) -> bool {
+        self.shard.is_some()
+    }
+
+    /// Another handle to the same parameter (the same leaf): how tied weights share one.
+    pub fn tie(&self) -> Result<Param> {
+        Ok(Param {
+            tensor: self.tensor.try_clone()?,
+            split: self.split.as_ref().map(|s| Split {
+                group: s.group.clone(),
+                dim: s.dim,
+            }),
+            shard: self.shard.as_ref().map(|s| Shard {
+                group: s.group.clone(),
+                rows: s.rows,
+            }),
+        })
+    }
+
+    /// Keeps this rank's slice of `size` entries from `start` along `dim` as a new leaf that
+    /// requires grad (tensor parallelism's cut over `group`), before any FSDP sharding.
+    pub(crate) fn split(
+        &mut self,
+        group: &Rc<Group>,
+        dim: usize,
+        start: i64,
+        size: i64,
+    ) -> Result<()> {
+        if self.split.is_some() || self.shard.is_some() {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                "tensor parallelism cuts whole parameters: parallelize before fully_shard, once",
+            ));
+        }
+        let slice = crate::autograd::no_grad(|| {
+            self.tensor
+                .detach()?
+                .narrow(dim as i64, start, size)?
+                .contiguous()
+        })?;
+        self.tensor = slice.requires_grad()?;
+        self.split = Some(Split {
+            group: group.clone(),
+            dim,
+        });
+        Ok(())
+    }
+
+    /// Shards the parameter on dim 0 over `group` (FSDP2's `fully_shard`): this rank keeps
+    /// its chunk, padded to the largest chunk, as a new leaf that requires grad.
+    pub(crate) fn shard(&mut self, group: &Rc<Group>) -> Result<()> {
+        if self.shard.is_some() {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                "this parameter is sharded already",
+            ));
+        }
+        let shape = self.tensor.shape();
+        let rows = *shape.first().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Invalid,
+                "FSDP shards dim 0, and a 0-d parameter has none",
+            )
+        })?;
+        let n = group.size() as i64;
+        let chunk = (rows + n - 1) / n;
+        let position = group.rank()? as i64;
+        let start = (position * chunk).min(rows);
+        let length = chunk.min(rows - start);
+        let mine = crate::autograd::no_grad(|| -> Result<Tensor> {
+            let part = self.tensor.detach()?.narrow(0, start, length)?;
+            if length == chunk {
+                return part.contiguous();
+            }
+            if length == 0 {
+                let mut empty = shape.clone();
+                empty[0] = chunk;
+                return zeros_with(&empty, ZerosOptions::new().dtype(self.tensor.dtype()));
+            }
+            // Pad dim 0 (pad lists trailing dims first, before and after).
+            let mut widths = vec![0i64; 2 * shape.len()];
+            widths[2 * shape.len() - 1] = chunk - length;
+            part.pad(&widths)
+        })?;
+        self.tensor = mine.requires_grad()?;
+        self.shard = Some(Shard {
+            group: group.clone(),
+            rows,
+        });
+        Ok(())
+    }
+
+    /// The whole parameter, gathered from every rank's shard and slice (no gradient): what a
+    /// consolidated checkpoint holds. Every rank of the groups must call it.
+    pub fn full(&self) -> Result<Tensor> {
+        crate::autograd::no_grad(|| {
+            let value = self.value()?;
+            match &self.split {
+                None => value.contiguous(),
+                Some(s) => dist::all_gather(&value.contiguous()?, s.dim, &s.group),
+            }
+        })
+    }
+}
