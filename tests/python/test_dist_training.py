@@ -107,3 +107,64 @@ def test_sharded_fine_tuning_matches_one_rank(tp_model, tp, fsdp):
         assert tuned[name].shape == one[name].shape, name
     seq = [int(t) for t in ids.split(";")[0].split(",")]
     np.testing.assert_allclose(ref.logits(c, tuned, seq, "f32"), ref.logits(c, one, seq, "f32"), atol=1e-3)
+
+
+UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "B": 1, "KiB": 1024, "MiB": 1024**2}
+# trn2.48xlarge at LNC=2: 4 logical cores per chip; on-chip DMA 3.5 TB/s over 4 cores,
+# NeuronLink 1.28 TB/s per chip over 4 cores; 2 µs per ring step.
+ON_CHIP, NEURONLINK, STEP = 3.5e12 / 4, 1.28e12 / 4, 2e-6
+
+
+def test_one_steps_collectives_are_megatrons_and_fsdps_with_ring_costs(tp_model):
+    """One training step on a [2, 4] mesh (TP over the 4 cores of a chip, FSDP across the two
+    chips): per rank, Megatron's all-reduces of [batch, seq, hidden] activations (the
+    vocabulary-parallel embedding and two per layer forward; two per layer and the LM head's
+    input backward), the LM head's logits all-gathered, one FSDP all-gather per parameter use
+    and its reduce-scatter in backward, and the loss averaged; each modeled time is the ring
+    formula of its bytes over its slowest link (on-chip for TP, NeuronLink for FSDP). At
+    these sizes the ring's step latency dominates the bandwidth term."""
+    root, c, ids, _ = tp_model
+    tp, fsdp = 4, 2
+    r = run(
+        module("model-check"), "--nproc", str(tp * fsdp), "--dir", str(root / "m"), "--dir-rw", str(root / "out"),
+        "--", "sharded", ids, "1", "-", "--tp", str(tp), "--fsdp", str(fsdp), env={"NEURONLAB_LOGS": "collectives"},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    pattern = (r"^\[collectives\] neuron:0 (\w+) over (tp|fsdp) \[[\d, ]+\]: ([\d.]+) (B|KiB|MiB), "
+               r"host \S+ \S+, modeled ([\d.]+) (s|ms|µs|ns)$")
+    calls = [(op, dim, float(b) * UNITS[bu], float(t) * UNITS[tu])
+             for op, dim, b, bu, t, tu in re.findall(pattern, r.stderr, re.M)]
+    assert calls, r.stderr
+
+    layers, hidden, vocab = c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
+    batch = len(ids.split(";")) // fsdp
+    seq = len(ids.split(";")[0].split(","))
+    activation = batch * seq * hidden * 4
+    d = c["hidden_size"] // c["num_attention_heads"]
+    q, kv, inter = c["num_attention_heads"] * d, c["num_key_value_heads"] * d, c["intermediate_size"]
+    # Each parameter's tensor-parallel slice, then padded to equal FSDP chunks of dim 0.
+    slices = [(q // tp, hidden), (kv // tp, hidden), (kv // tp, hidden), (hidden, q // tp),
+              (inter // tp, hidden), (inter // tp, hidden), (hidden, inter // tp), (hidden,), (hidden,)] * layers
+    slices += [(vocab // tp, hidden), (hidden,), (vocab // tp, hidden)]
+    padded = [(-(-s[0] // fsdp) * fsdp) * (s[1] if len(s) > 1 else 1) * 4 for s in slices]
+
+    by_kind = {}
+    for op, dim, nbytes, _ in calls:
+        by_kind.setdefault((op, dim), []).append(nbytes)
+    assert by_kind[("all_reduce", "tp")] == [activation] * (4 * layers + 2), by_kind
+    # Events count each rank's input bytes; an all-gather's ring moves its output.
+    assert by_kind[("all_gather", "tp")] == [batch * seq * vocab // tp * 4]
+    assert sorted(by_kind[("all_gather", "fsdp")]) == sorted(p // fsdp for p in padded)
+    assert sorted(by_kind[("reduce_scatter", "fsdp")]) == sorted(padded)
+    assert by_kind[("all_reduce", "fsdp")] == [4]  # the loss, averaged for printing
+
+    for op, dim, nbytes, modeled in calls:
+        n, bandwidth = (tp, ON_CHIP) if dim == "tp" else (fsdp, NEURONLINK)
+        if op == "all_reduce":
+            expected = 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * STEP
+        elif op == "all_gather":
+            expected = (n - 1) / n * (n * nbytes) / bandwidth + (n - 1) * STEP
+        else:
+            expected = (n - 1) / n * nbytes / bandwidth + (n - 1) * STEP
+        # The log prints three significant digits.
+        assert abs(modeled - expected) <= 0.006 * expected, (op, dim, nbytes, modeled, expected)

@@ -58,9 +58,10 @@ impl Attention {
             t.view(&[batch, seq, n, self.head_dim])?
                 .transpose_with(TransposeOptions::new().dim0(1).dim1(2))
         };
-        let q = heads(self.q_proj.forward(x)?, self.num_heads)?;
-        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
-        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads)?;
+        let x = &self.q_proj.copy_input(x)?;
+        let q = heads(self.q_proj.forward_copied(x)?, self.num_heads)?;
+        let k = heads(self.k_proj.forward_copied(x)?, self.num_kv_heads)?;
+        let v = heads(self.v_proj.forward_copied(x)?, self.num_kv_heads)?;
         let q = rotary::apply(&q, inputs.cos, inputs.sin)?;
         let k = rotary::apply(&k, inputs.cos, inputs.sin)?;
         let (k, v) = match cache {

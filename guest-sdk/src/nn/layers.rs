@@ -67,19 +67,35 @@ impl Linear {
 
     /// `x Wᵀ + b` over the last dim of `x`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_copied(&self.copy_input(x)?)
+    }
+
+    /// `x` as a column-parallel layer takes it: copied into the group (its gradient
+    /// all-reduced in backward); unchanged for other layers. Layers that read one input
+    /// (q, k and v; gate and up) share one copy, so backward all-reduces once for them.
+    pub fn copy_input(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.parallel {
+            Parallel::Colwise { group, .. } => region::copy_to(x, group),
+            _ => x.try_clone(),
+        }
+    }
+
+    /// [`forward`](Linear::forward) of an input already passed through
+    /// [`copy_input`](Linear::copy_input).
+    pub fn forward_copied(&self, x: &Tensor) -> Result<Tensor> {
         let bias = self.bias.as_ref().map(Param::value).transpose()?;
         let add_bias = |y: Tensor| match &bias {
             Some(b) => y.add(b),
             None => Ok(y),
         };
-        let weight = self.weight.value()?;
+        let y = x.matmul(&self.weight.value()?.transpose()?)?;
         match &self.parallel {
-            Parallel::None => add_bias(x.matmul(&weight.transpose()?)?),
+            Parallel::None => add_bias(y),
             Parallel::Colwise {
                 group,
                 gather_output,
             } => {
-                let y = add_bias(region::copy_to(x, group)?.matmul(&weight.transpose()?)?)?;
+                let y = add_bias(y)?;
                 if *gather_output {
                     region::gather_from(&y, y.rank() - 1, group)
                 } else {
@@ -87,10 +103,7 @@ impl Linear {
                 }
             }
             // The bias is added once, after the sum of the partial products.
-            Parallel::Rowwise { group } => add_bias(region::reduce_from(
-                &x.matmul(&weight.transpose()?)?,
-                group,
-            )?),
+            Parallel::Rowwise { group } => add_bias(region::reduce_from(&y, group)?),
         }
     }
 
@@ -295,9 +308,10 @@ pub struct Mlp {
 impl Mlp {
     /// The MLP of `x` (`[..., hidden]`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.gate_proj.forward(x)?.silu()?;
+        let x = &self.gate_proj.copy_input(x)?;
+        let gate = self.gate_proj.forward_copied(x)?.silu()?;
         self.down_proj
-            .forward(&gate.mul(&self.up_proj.forward(x)?)?)
+            .forward(&gate.mul(&self.up_proj.forward_copied(x)?)?)
     }
 }
 

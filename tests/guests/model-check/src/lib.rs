@@ -17,7 +17,8 @@
 //!   weights saved as a Hub folder (config.json and model.safetensors) at the last path.
 //! - `sharded`: the eager steps on `N = T * F` ranks, tensor-parallel over `T` and FSDP over
 //!   `F` (a `[F, T]` mesh), each FSDP rank on its rows of the batch, printing
-//!   `sharded step N loss X`, then the consolidated weights saved by rank 0.
+//!   `sharded step N loss X`, then the consolidated weights saved by rank 0 (not when OUT is
+//!   `-`, so a run's collectives are only its steps').
 
 use std::rc::Rc;
 
@@ -195,6 +196,9 @@ fn train_sharded(
         opt.step()?;
         let global = dist::all_reduce(&l.detach()?, ReduceOp::Avg, &fsdp_group)?;
         println!("sharded step {step} loss {}", global.item::<f32>()?);
+    }
+    if out == "-" {
+        return Ok(());
     }
     let state = parallel::full_state_dict(&model)?;
     if dist::rank() == 0 {
