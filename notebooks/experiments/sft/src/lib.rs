@@ -1,0 +1,440 @@
+//! sft: supervised fine-tuning of a tiny Llama on a task whose learning is checkable:
+//! one-digit addition written as text (`3+4=7`), characters as tokens, the loss on the
+//! answer only (TRL's completion-only loss).
+//!
+//! ```text
+//! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
+//!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt]
+//! ```
+//!
+//! `N = T * F` ranks form a `[F, T]` mesh: tensor parallelism inside each `tp` group, FSDP
+//! across them, each FSDP rank on its own rows of every batch. Batches are built as TRL's
+//! collators build them:
+//!
+//! - `wrapped` (the default): the examples, each ending with eos, are concatenated and cut
+//!   into sequences of 128 tokens, so every batch has one shape;
+//! - `pad128`: each batch is padded to a multiple of 128 tokens (the pad positions ignored
+//!   by the loss), one shape too;
+//! - `none`: each batch is padded to its longest example, so the shape follows the data.
+//!
+//! On one rank the step is compiled, and the compile count shows what packing buys; sharded
+//! steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
+//! accuracy (greedy answers to all 100 sums) before and after, the compile counts, and with
+//! `--save` the consolidated model as a Hugging Face folder.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use neuronlab::dist::{self, ReduceOp};
+use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, Module};
+use neuronlab::optim::{adamw_defaults, AdamWConfig};
+use neuronlab::prelude::*;
+use neuronlab::println;
+
+const PAD: i64 = 0;
+const BOS: i64 = 1;
+const EOS: i64 = 2;
+/// Positions the loss ignores (torch's `ignore_index`).
+const IGNORE: i64 = -100;
+const SEQ: usize = 128;
+
+/// The model: small enough to train in seconds, its heads and sizes divisible by 4 ranks.
+const CONFIG: &str = r#"{
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "vocab_size": 16, "hidden_size": 64, "intermediate_size": 128,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 256,
+  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0
+}"#;
+
+/// Characters as tokens: digits are 3..=12, `+` 13, `=` 14.
+fn token(c: char) -> i64 {
+    match c {
+        '0'..='9' => 3 + (c as i64 - '0' as i64),
+        '+' => 13,
+        _ => 14,
+    }
+}
+
+fn text(ids: &[i64]) -> String {
+    ids.iter()
+        .map(|&t| match t {
+            3..=12 => char::from(b'0' + (t - 3) as u8),
+            13 => '+',
+            14 => '=',
+            _ => '·',
+        })
+        .collect()
+}
+
+/// `a+b=c` as tokens, with bos and eos, and its labels: the answer and eos (the completion;
+/// the prompt is `IGNORE`, as TRL's completion-only loss).
+fn example(a: i64, b: i64) -> (Vec<i64>, Vec<i64>) {
+    let mut ids = vec![BOS];
+    ids.extend(format!("{a}+{b}=").chars().map(token));
+    let prompt = ids.len();
+    ids.extend(format!("{}", a + b).chars().map(token));
+    ids.push(EOS);
+    let labels = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| if i < prompt { IGNORE } else { t })
+        .collect();
+    (ids, labels)
+}
+
+/// A seeded stream of random examples (SplitMix64).
+struct Examples(u64);
+
+impl Examples {
+    fn next(&mut self) -> (Vec<i64>, Vec<i64>) {
+        let mut draw = || {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) % 10) as i64
+        };
+        let (a, b) = (draw(), draw());
+        example(a, b)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Packing {
+    Wrapped,
+    Pad128,
+    None,
+}
+
+/// Builds batches of `rows` sequences: ids and labels (`IGNORE` where the loss skips).
+struct Collator {
+    examples: Examples,
+    packing: Packing,
+    /// Tokens (id, label) left over from the last wrapped sequence.
+    carry: Vec<(i64, i64)>,
+}
+
+impl Collator {
+    fn batch(&mut self, rows: usize) -> Result<(Tensor, Tensor)> {
+        let (ids, labels, len) = match self.packing {
+            Packing::Wrapped => {
+                let (mut ids, mut labels) = (
+                    Vec::with_capacity(rows * SEQ),
+                    Vec::with_capacity(rows * SEQ),
+                );
+                for _ in 0..rows {
+                    while self.carry.len() < SEQ {
+                        let (i, l) = self.examples.next();
+                        self.carry.extend(i.into_iter().zip(l));
+                    }
+                    for (i, l) in self.carry.drain(..SEQ) {
+                        ids.push(i);
+                        labels.push(l);
+                    }
+                }
+                (ids, labels, SEQ)
+            }
+            Packing::Pad128 | Packing::None => {
+                let batch: Vec<(Vec<i64>, Vec<i64>)> =
+                    (0..rows).map(|_| self.examples.next()).collect();
+                let longest = batch.iter().map(|(i, _)| i.len()).max().unwrap_or(1);
+                let len = if self.packing == Packing::Pad128 {
+                    longest.div_ceil(SEQ) * SEQ
+                } else {
+                    longest
+                };
+                let (mut ids, mut labels) = (Vec::new(), Vec::new());
+                for (i, l) in &batch {
+                    ids.extend(i.iter().copied().chain(std::iter::repeat(PAD)).take(len));
+                    labels.extend(l.iter().copied().chain(std::iter::repeat(IGNORE)).take(len));
+                }
+                (ids, labels, len)
+            }
+        };
+        let shape = [rows as i64, len as i64];
+        Ok((from_slice(&ids, &shape)?, from_slice(&labels, &shape)?))
+    }
+}
+
+/// The causal-LM loss of this rank's rows: position t predicts label t + 1, `IGNORE`
+/// labels skipped, summed and times `scale` (a 0-d tensor: the FSDP group's size over the
+/// labelled tokens of the whole batch). FSDP averages the ranks' gradients, so the average
+/// of the ranks' losses is the whole batch's mean over its tokens, whatever each rank's
+/// share of them (a mean of per-rank means would weigh a rank's tokens by how few it has).
+/// `scale` is a tensor so a compiled step reads it at every call instead of baking one
+/// batch's count into its graph.
+fn loss(model: &LlamaForCausalLM, ids: &Tensor, labels: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let (rows, len) = (ids.shape()[0], ids.shape()[1]);
+    let logits = model.forward(ids)?.cast(DType::F32)?;
+    let logits = logits
+        .narrow(1, 0, len - 1)?
+        .reshape(&[rows * (len - 1), 16])?;
+    let targets = labels.narrow(1, 1, len - 1)?.reshape(&[rows * (len - 1)])?;
+    let options = CrossEntropyOptions::new()
+        .ignore_index(IGNORE)
+        .reduction("sum");
+    logits.cross_entropy_with(&targets, options)?.mul(scale)
+}
+
+/// The labels that count (not `IGNORE`) after the shift, over the whole batch.
+fn labelled(labels: &Tensor) -> Result<i64> {
+    let len = labels.shape()[1];
+    let shifted = labels.narrow(1, 1, len - 1)?;
+    shifted
+        .ne(&full_with(
+            &[],
+            IGNORE as f64,
+            FullOptions::new().dtype(DType::I64),
+        )?)?
+        .cast(DType::I64)?
+        .sum()?
+        .item::<i64>()
+}
+
+/// The fraction of the 100 sums `a+b=` the model answers exactly, greedily, in one batch.
+fn accuracy(model: &LlamaForCausalLM) -> Result<f64> {
+    no_grad(|| {
+        let prompts: Vec<Vec<i64>> = (0..100)
+            .map(|i| {
+                let mut p = vec![BOS];
+                p.extend(format!("{}+{}=", i / 10, i % 10).chars().map(token));
+                p
+            })
+            .collect();
+        let mut seqs = prompts.clone();
+        for _ in 0..3 {
+            let len = seqs[0].len();
+            let flat: Vec<i64> = seqs.concat();
+            let logits = model.forward(&from_slice(&flat, &[100, len as i64])?)?;
+            let last = logits
+                .narrow(1, len as i64 - 1, 1)?
+                .argmax_with(ArgmaxOptions::new().dim(-1))?;
+            for (s, t) in seqs.iter_mut().zip(last.to_vec::<i64>()?) {
+                s.push(t);
+            }
+        }
+        let right = (0..100)
+            .filter(|&i| {
+                let answer = &seqs[i][prompts[i].len()..];
+                let expected: Vec<i64> = format!("{}", i / 10 + i % 10)
+                    .chars()
+                    .map(token)
+                    .chain([EOS])
+                    .collect();
+                answer.starts_with(&expected)
+            })
+            .count();
+        Ok(right as f64 / 100.0)
+    })
+}
+
+struct Args {
+    tp: usize,
+    fsdp: usize,
+    steps: usize,
+    packing: Packing,
+    batch: usize,
+    lr: f64,
+    seed: i64,
+    save: Option<String>,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        tp: 1,
+        fsdp: 1,
+        steps: 100,
+        packing: Packing::Wrapped,
+        batch: 8,
+        lr: 3e-3,
+        seed: 0,
+        save: None,
+    };
+    let list = neuronlab::args();
+    let mut it = list.iter();
+    let bad = |m: String| {
+        Error::new(
+            ErrorKind::Invalid,
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt]"),
+        )
+    };
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| bad(format!("{flag} needs a value")))
+        };
+        let parse_err = |v: &str| bad(format!("{flag}: `{v}` is not valid"));
+        match flag.as_str() {
+            "--tp" => {
+                let v = value()?;
+                a.tp = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--fsdp" => {
+                let v = value()?;
+                a.fsdp = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--steps" => {
+                let v = value()?;
+                a.steps = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--batch" => {
+                let v = value()?;
+                a.batch = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--lr" => {
+                let v = value()?;
+                a.lr = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--seed" => {
+                let v = value()?;
+                a.seed = v.parse().map_err(|_| parse_err(&v))?
+            }
+            "--save" => a.save = Some(value()?),
+            "--packing" => {
+                let v = value()?;
+                a.packing = match v.as_str() {
+                    "wrapped" => Packing::Wrapped,
+                    "pad128" => Packing::Pad128,
+                    "none" => Packing::None,
+                    _ => return Err(parse_err(&v)),
+                }
+            }
+            other => return Err(bad(format!("unknown argument `{other}`"))),
+        }
+    }
+    if a.tp * a.fsdp != dist::world_size() as usize {
+        return Err(bad(format!(
+            "--tp {} --fsdp {} needs {} ranks, and this run has {}; give --nproc {}",
+            a.tp,
+            a.fsdp,
+            a.tp * a.fsdp,
+            dist::world_size(),
+            a.tp * a.fsdp
+        )));
+    }
+    if a.batch % a.fsdp != 0 {
+        return Err(bad(format!(
+            "--batch {} must be a multiple of --fsdp {}",
+            a.batch, a.fsdp
+        )));
+    }
+    Ok(a)
+}
+
+fn run() -> Result<()> {
+    let a = args()?;
+    let mesh = DeviceMesh::new(&[a.fsdp, a.tp], &["fsdp", "tp"])?;
+    let (tp, fsdp) = (Rc::new(mesh.group("tp")?), Rc::new(mesh.group("fsdp")?));
+    let config = LlamaConfig::from_json(CONFIG)?;
+    let mut model = LlamaForCausalLM::new(&config, DType::F32, a.seed)?;
+    if a.tp > 1 {
+        parallel::parallelize(&mut model, &tp)?;
+    }
+    if a.fsdp > 1 {
+        parallel::fully_shard(&mut model, &fsdp)?;
+    }
+    println!(
+        "model: {} parameters; mesh [fsdp {}, tp {}]",
+        model.num_parameters(),
+        a.fsdp,
+        a.tp
+    );
+    println!("accuracy before: {:.2}", accuracy(&model)?);
+    let mut collator = Collator {
+        examples: Examples(a.seed as u64 + 1),
+        packing: a.packing,
+        carry: Vec::new(),
+    };
+    let opt = RefCell::new(AdamW::new(
+        model.parameters(),
+        AdamWConfig {
+            lr: a.lr,
+            ..adamw_defaults()
+        },
+    )?);
+    let rows = a.batch / a.fsdp;
+    let position = mesh.coordinate("fsdp")?;
+    let sharded = dist::world_size() > 1;
+    let step = compile_with(
+        "sft_step",
+        |batch: &[Tensor]| {
+            let l = loss(&model, &batch[0], &batch[1], &batch[2])?;
+            let mut opt = opt.borrow_mut();
+            opt.zero_grad()?;
+            l.backward()?;
+            opt.step()?;
+            Ok(vec![l.detach()?])
+        },
+        CompileOptions::new().input_names(&["input_ids", "labels", "loss_scale"]),
+    )?;
+    let mut shapes: Vec<Vec<i64>> = Vec::new();
+    for n in 1..=a.steps {
+        // Every rank draws the whole batch, so the FSDP ranks split one batch.
+        let (ids, labels) = collator.batch(a.batch)?;
+        let scale = full(&[], a.fsdp as f64 / labelled(&labels)? as f64)?;
+        let (ids, labels) = (
+            ids.narrow(0, (position * rows) as i64, rows as i64)?
+                .contiguous()?,
+            labels
+                .narrow(0, (position * rows) as i64, rows as i64)?
+                .contiguous()?,
+        );
+        if !shapes.contains(&ids.shape()) {
+            shapes.push(ids.shape());
+        }
+        let l = if sharded {
+            let l = loss(&model, &ids, &labels, &scale)?;
+            let mut opt = opt.borrow_mut();
+            opt.zero_grad()?;
+            l.backward()?;
+            opt.step()?;
+            dist::all_reduce(&l.detach()?, ReduceOp::Avg, &fsdp)?
+        } else {
+            step.call1(&[&ids, &labels, &scale])?
+        };
+        println!("step {n} loss {}", l.item::<f32>()?);
+    }
+    let stats = step.stats()?;
+    println!(
+        "batch shapes: {}",
+        shapes
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if sharded {
+        println!(
+            "sft_step: eager ({} ranks: collectives are graph breaks)",
+            dist::world_size()
+        );
+    } else {
+        println!(
+            "sft_step: {} calls, {} compile(s), {} cache hits",
+            stats.calls, stats.compiles, stats.cache_hits
+        );
+    }
+    println!("accuracy after: {:.2}", accuracy(&model)?);
+    let (sample, _) = example(3, 4);
+    println!("example: {}", text(&sample[1..sample.len() - 1]));
+    if let Some(path) = a.save {
+        let state = parallel::full_state_dict(&model)?;
+        if dist::rank() == 0 {
+            fs::create_dir(&path)?;
+            fs::write_file(&format!("{path}/config.json"), CONFIG)?;
+            let tensors: Vec<(&str, &Tensor)> =
+                state.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            checkpoint::save(
+                &format!("{path}/model.safetensors"),
+                &tensors,
+                &[("format", "pt")],
+            )?;
+            println!("saved {} tensors to {path}", tensors.len());
+        }
+    }
+    Ok(())
+}
+
+neuronlab::main!(run);
