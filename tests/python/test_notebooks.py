@@ -192,3 +192,27 @@ def test_05_generation_compiles_once_with_a_static_cache():
         "decode: 21 calls, 1 compile(s), 20 cache hits",
     ):
         assert line in buckets, buckets
+
+
+def test_06_fine_tuning_on_a_mesh():
+    cells = code_cells(run_notebook("06-fine-tuning"))
+    run = text(cells[0])
+    losses = [float(x) for x in re.findall(r"^\[rank0\]: step \d+ loss (\S+)$", run, re.M)]
+    assert len(losses) == 40 and losses[-1] < 0.6 * losses[0], run
+    assert "sft_step: eager (8 ranks: collectives are graph breaks)" in run, run
+    [plot] = [o.data for o in cells[0].outputs if "image/svg+xml" in o.get("data", {})]
+    assert "sft on [fsdp 2, tp 4]: loss per step" in plot["image/svg+xml"]
+
+    mem = text(cells[1])
+    for core in range(8):
+        assert re.search(rf"^neuron:{core} ", mem, re.M), mem
+
+    events = text(cells[2])
+    assert "(mesh dim tp)" in events or "(mesh dim fsdp)" in events, events
+    assert_timeline_svg(cells[3], "neuron:7")
+
+    wrapped, none = text(cells[4]), text(cells[5])
+    assert "batch shapes: [2, 128]" in wrapped and "sft_step: 6 calls, 1 compile(s)" in wrapped, wrapped
+    shapes = re.search(r"^batch shapes: (.*)$", none, re.M).group(1)
+    compiles = int(re.search(r"^sft_step: 6 calls, (\d+) compile\(s\)", none, re.M).group(1))
+    assert compiles == len(re.findall(r"\[2, \d+\]", shapes)) >= 2, none

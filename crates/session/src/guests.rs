@@ -405,6 +405,7 @@ impl Session {
         path: &Path,
         nproc: u32,
         all_ranks: bool,
+        guest_args: &[String],
         out: &mut dyn FnMut(Output),
     ) -> Outcome {
         let request = RunRequest {
@@ -412,7 +413,7 @@ impl Session {
             nproc,
             entry: "run",
             args: &[],
-            guest_args: &[],
+            guest_args,
             all_ranks,
         };
         let report = match self.run_module(&request, out) {

@@ -861,6 +861,15 @@ fn spmd_runs_a_module_as_ranks() {
     fails(&mut s, "%spmd zero x.wasm", "MagicError");
     fails(&mut s, "%spmd 2", "MagicError");
     fails(&mut s, "%spmd 2 /no/such.wasm", "LoadError");
+    // What follows `--` reaches every rank's guest as its arguments.
+    let text = ok(
+        &mut s,
+        &format!("%spmd 2 {} --all-ranks -- --steps 7 alpha", fixture("print_args.wat")),
+    );
+    for rank in ["[rank0]", "[rank1]"] {
+        let line = text.lines().find(|l| l.starts_with(rank)).unwrap_or_default();
+        assert!(line.contains("--steps") && line.contains("alpha"), "{text}");
+    }
 }
 
 /// Prints the first 64 bytes of the granted file `grant/msg.txt` (its name is `$DIR` in the

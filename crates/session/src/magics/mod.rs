@@ -145,9 +145,10 @@ pub const MAGICS: &[Magic] = &[
     },
     Magic {
         name: "spmd",
-        usage: "%spmd N FILE.wasm [--all-ranks]   or   %%spmd N [--all-ranks] + Rust code",
+        usage: "%spmd N FILE.wasm [--all-ranks] [-- ARGS]   or   %%spmd N [--all-ranks] + Rust code",
         help: "Runs a module, or the Rust code of the cell, as N ranks (one per NeuronCore, as \
-               torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks.",
+               torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks. What \
+               follows -- reaches every rank as neuronlab::args().",
         details: None,
         run: Handler::Both(Session::spmd),
         complete: None,
@@ -324,6 +325,11 @@ impl Session {
 
     /// `%spmd N FILE` and `%%spmd N`.
     fn spmd(&mut self, args: &str, body: Option<&str>, out: &mut dyn FnMut(Output)) -> Outcome {
+        // What follows `--` reaches every rank's guest as `neuronlab::args()`.
+        let (args, guest_args) = match args.split_once(" -- ") {
+            Some((before, after)) => (before, after.split_whitespace().map(str::to_string).collect()),
+            None => (args.strip_suffix(" --").unwrap_or(args), Vec::new()),
+        };
         let mut words: Vec<&str> = args.split_whitespace().collect();
         let all_ranks = words.contains(&"--all-ranks");
         words.retain(|w| *w != "--all-ranks");
@@ -359,7 +365,7 @@ impl Session {
             }
             _ => return usage_error(out, "spmd", "unexpected arguments"),
         };
-        self.run_spmd(&path, nproc, all_ranks, out)
+        self.run_spmd(&path, nproc, all_ranks, &guest_args, out)
     }
 
     /// `%time CODE` and `%%time`.

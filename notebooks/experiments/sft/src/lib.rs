@@ -20,7 +20,7 @@
 //! On one rank the step is compiled, and the compile count shows what packing buys; sharded
 //! steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
 //! accuracy (greedy answers to all 100 sums) before and after, the compile counts, and with
-//! `--save` the consolidated model as a Hugging Face folder.
+//! `--save` the consolidated model as a Hugging Face folder, and plots the loss curve.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -370,6 +370,7 @@ fn run() -> Result<()> {
         CompileOptions::new().input_names(&["input_ids", "labels", "loss_scale"]),
     )?;
     let mut shapes: Vec<Vec<i64>> = Vec::new();
+    let mut curve: Vec<f32> = Vec::new();
     for n in 1..=a.steps {
         // Every rank draws the whole batch, so the FSDP ranks split one batch.
         let (ids, labels) = collator.batch(a.batch)?;
@@ -394,7 +395,9 @@ fn run() -> Result<()> {
         } else {
             step.call1(&[&ids, &labels, &scale])?
         };
-        println!("step {n} loss {}", l.item::<f32>()?);
+        let value = l.item::<f32>()?;
+        curve.push(value);
+        println!("step {n} loss {value}");
     }
     let stats = step.stats()?;
     println!(
@@ -417,6 +420,17 @@ fn run() -> Result<()> {
         );
     }
     println!("accuracy after: {:.2}", accuracy(&model)?);
+    if dist::rank() == 0 {
+        let steps: Vec<i64> = (1..=curve.len() as i64).collect();
+        plot::line(&format!(
+            "sft on [fsdp {}, tp {}]: loss per step",
+            a.fsdp, a.tp
+        ))
+        .x_axis("step", "")
+        .y_axis("cross entropy of the answer", "nats")
+        .series_xy("loss", &steps, &curve)
+        .show()?;
+    }
     let (sample, _) = example(3, 4);
     println!("example: {}", text(&sample[1..sample.len() - 1]));
     if let Some(path) = a.save {
