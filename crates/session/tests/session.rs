@@ -864,10 +864,16 @@ fn spmd_runs_a_module_as_ranks() {
     // What follows `--` reaches every rank's guest as its arguments.
     let text = ok(
         &mut s,
-        &format!("%spmd 2 {} --all-ranks -- --steps 7 alpha", fixture("print_args.wat")),
+        &format!(
+            "%spmd 2 {} --all-ranks -- --steps 7 alpha",
+            fixture("print_args.wat")
+        ),
     );
     for rank in ["[rank0]", "[rank1]"] {
-        let line = text.lines().find(|l| l.starts_with(rank)).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(rank))
+            .unwrap_or_default();
         assert!(line.contains("--steps") && line.contains("alpha"), "{text}");
     }
 }

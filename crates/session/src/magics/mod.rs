@@ -145,7 +145,8 @@ pub const MAGICS: &[Magic] = &[
     },
     Magic {
         name: "spmd",
-        usage: "%spmd N FILE.wasm [--all-ranks] [-- ARGS]   or   %%spmd N [--all-ranks] + Rust code",
+        usage:
+            "%spmd N FILE.wasm [--all-ranks] [-- ARGS]   or   %%spmd N [--all-ranks] + Rust code",
         help: "Runs a module, or the Rust code of the cell, as N ranks (one per NeuronCore, as \
                torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks. What \
                follows -- reaches every rank as neuronlab::args().",
@@ -327,7 +328,10 @@ impl Session {
     fn spmd(&mut self, args: &str, body: Option<&str>, out: &mut dyn FnMut(Output)) -> Outcome {
         // What follows `--` reaches every rank's guest as `neuronlab::args()`.
         let (args, guest_args) = match args.split_once(" -- ") {
-            Some((before, after)) => (before, after.split_whitespace().map(str::to_string).collect()),
+            Some((before, after)) => (
+                before,
+                after.split_whitespace().map(str::to_string).collect(),
+            ),
             None => (args.strip_suffix(" --").unwrap_or(args), Vec::new()),
         };
         let mut words: Vec<&str> = args.split_whitespace().collect();
