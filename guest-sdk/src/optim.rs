@@ -45,6 +45,9 @@ pub trait Optimizer {
     fn lr(&self) -> f64;
     /// Sets the learning rate (what a scheduler does).
     fn set_lr(&mut self, lr: f64) -> Result<()>;
+    /// Bytes of the optimizer's state on this rank: moments or momentum buffers, step counts
+    /// and the learning rate (under FSDP, the state of this rank's shards).
+    fn state_bytes(&self) -> i64;
 }
 
 /// A 0-d tensor of `value` in `dtype` (0-d operands keep a tensor's dtype).
@@ -153,6 +156,11 @@ struct Schedule {
 }
 
 impl Schedule {
+    /// Bytes of the learning rate and the step counts.
+    fn bytes(&self) -> i64 {
+        self.lr.nbytes() + self.counts.iter().map(Tensor::nbytes).sum::<i64>()
+    }
+
     fn new(lr: f64, params: usize) -> Result<Schedule> {
         Ok(Schedule {
             lr: constant(lr, DType::F64)?,
@@ -287,6 +295,10 @@ impl Optimizer for SGD<'_> {
 
     fn set_lr(&mut self, lr: f64) -> Result<()> {
         self.schedule.set_lr(lr)
+    }
+
+    fn state_bytes(&self) -> i64 {
+        self.momentum.iter().map(Tensor::nbytes).sum::<i64>() + self.schedule.bytes()
     }
 }
 
@@ -435,6 +447,11 @@ macro_rules! adam_optimizer {
 
             fn set_lr(&mut self, lr: f64) -> Result<()> {
                 self.0.schedule.set_lr(lr)
+            }
+
+            fn state_bytes(&self) -> i64 {
+                let moments: i64 = self.0.moments.iter().map(|(m, v)| m.nbytes() + v.nbytes()).sum();
+                moments + self.0.schedule.bytes()
             }
         }
     };

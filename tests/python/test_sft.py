@@ -65,3 +65,26 @@ def test_bad_arguments_are_clear_errors():
     r = run(module("sft"), "--nproc", "2", "--", "--tp", "4")
     assert r.returncode != 0
     assert "--tp 4 --fsdp 1 needs 4 ranks, and this run has 2; give --nproc 4" in r.stdout + r.stderr
+
+
+def state_table(stdout: str) -> dict[int, tuple[int, int, int]]:
+    rows = re.findall(r"^(?:\[rank0\]: )?neuron:(\d+) +(\d+) +(\d+) +(\d+)$", stdout, re.M)
+    return {int(r): (int(p), int(g), int(o)) for r, p, g, o in rows}
+
+
+def test_fsdp_8_holds_an_eighth_of_the_training_state_per_core():
+    """Per core at FSDP 8, parameters and gradients are 1/8 of the unsharded run's (every
+    dim 0 of this model divides by 8, so torch.chunk's padding is 0), and AdamW's moments
+    too; its 0-d step counts (f64, one per parameter) and learning rate stay whole on every
+    rank, as in torch's FSDP2."""
+    args = ["--steps", "1", "--batch", "8", "--packing", "none"]
+    one = state_table(sft(*args))
+    sharded = state_table(sft(*args, "--fsdp", "8", nproc=8))
+    assert list(one) == [0] and sorted(sharded) == list(range(8))
+    params, grads, state = one[0]
+    n_params = 2 * 9 + 3  # 9 per decoder layer, the embedding, the final norm, the LM head
+    scalars = 8 * (n_params + 1)
+    assert state == 2 * params + scalars
+    for core, (p, g, o) in sharded.items():
+        assert (p, g) == (params // 8, grads // 8), core
+        assert o == (state - scalars) // 8 + scalars, core

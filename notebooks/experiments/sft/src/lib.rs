@@ -19,15 +19,16 @@
 //!
 //! On one rank the step is compiled, and the compile count shows what packing buys; sharded
 //! steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
-//! accuracy (greedy answers to all 100 sums) before and after, the compile counts, and with
+//! accuracy (greedy answers to all 100 sums) before and after, the compile counts, each
+//! core's parameters, gradients and optimizer state in bytes, and with
 //! `--save` the consolidated model as a Hugging Face folder, and plots the loss curve.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use neuronlab::dist::{self, ReduceOp};
+use neuronlab::dist::{self, Group, ReduceOp};
 use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, Module};
-use neuronlab::optim::{adamw_defaults, AdamWConfig};
+use neuronlab::optim::{adamw_defaults, AdamWConfig, Optimizer};
 use neuronlab::prelude::*;
 use neuronlab::println;
 
@@ -323,6 +324,35 @@ fn args() -> Result<Args> {
     Ok(a)
 }
 
+/// What each rank holds of the training state, gathered to rank 0 and printed as a table:
+/// parameters (this rank's leaves), their gradients and the optimizer's state, in bytes.
+fn memory_table(model: &LlamaForCausalLM, opt: &dyn Optimizer) -> Result<()> {
+    let params: i64 = model.parameters().iter().map(|p| p.nbytes()).sum();
+    let mut grads = 0;
+    for p in model.parameters() {
+        grads += p.grad()?.map_or(0, |g| g.nbytes());
+    }
+    let mine = from_slice(&[params, grads, opt.state_bytes()], &[1, 3])?;
+    let all = dist::all_gather(&mine, 0, &Group::world())?.to_vec::<i64>()?;
+    if dist::rank() == 0 {
+        println!("training state per core (bytes):");
+        println!(
+            "{:<10} {:>12} {:>12} {:>16}",
+            "core", "parameters", "gradients", "optimizer state"
+        );
+        for (r, row) in all.chunks(3).enumerate() {
+            println!(
+                "{:<10} {:>12} {:>12} {:>16}",
+                format!("neuron:{r}"),
+                row[0],
+                row[1],
+                row[2]
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     let a = args()?;
     let mesh = DeviceMesh::new(&[a.fsdp, a.tp], &["fsdp", "tp"])?;
@@ -420,6 +450,7 @@ fn run() -> Result<()> {
         );
     }
     println!("accuracy after: {:.2}", accuracy(&model)?);
+    memory_table(&model, &*opt.borrow())?;
     if dist::rank() == 0 {
         let steps: Vec<i64> = (1..=curve.len() as i64).collect();
         plot::line(&format!(
