@@ -10,7 +10,7 @@ use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
 use crate::ops::attrs::Attrs;
 use crate::runtime::Runtime;
-use crate::tensor::grad::{GradEdge, Node};
+use crate::tensor::grad::Node;
 use crate::tensor::{Tensor, TensorMeta};
 
 /// A backward: the gradients of a node's inputs (`None` where `needs` wants none) from its
@@ -95,15 +95,5 @@ pub fn record_function(
     };
     let next = inputs.iter().map(|t| t.grad_edge().cloned()).collect();
     let node = Arc::new(Node::new(name, next, Box::new(state), Vec::new(), bytes));
-    Ok(outputs
-        .into_iter()
-        .enumerate()
-        .map(|(output, t)| {
-            let edge = t.dtype().is_float().then(|| GradEdge::Node {
-                node: node.clone(),
-                output,
-            });
-            t.with_grad_edge(edge)
-        })
-        .collect())
+    Ok(super::record::point_at(&node, outputs))
 }

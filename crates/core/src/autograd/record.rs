@@ -67,7 +67,13 @@ pub(crate) fn record(
         saved,
         rt.autograd_bytes(core)?,
     ));
-    Ok(outputs
+    Ok(point_at(&node, outputs))
+}
+
+/// `outputs` pointing at `node`, the one that produced them: float outputs only, as integer
+/// and bool results never require gradients.
+pub(super) fn point_at(node: &Arc<Node>, outputs: Vec<Tensor>) -> Vec<Tensor> {
+    outputs
         .into_iter()
         .enumerate()
         .map(|(output, t)| {
@@ -77,5 +83,5 @@ pub(crate) fn record(
             });
             t.with_grad_edge(edge)
         })
-        .collect())
+        .collect()
 }

@@ -137,16 +137,27 @@ fn train(folder: &str, ids: &Tensor, steps: usize, out: &str) -> Result<()> {
     );
     drop(compiled);
 
+    let state = model.state_dict();
+    save_folder(
+        folder,
+        out,
+        &state
+            .iter()
+            .map(|(n, t)| (n.as_str(), *t))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// `tensors` as a Hugging Face folder at `out`: `folder`'s config.json and model.safetensors.
+fn save_folder(folder: &str, out: &str, tensors: &[(&str, &Tensor)]) -> Result<()> {
     fs::create_dir(out)?;
     fs::write_file(
         &format!("{out}/config.json"),
         fs::read_file(&format!("{folder}/config.json"))?,
     )?;
-    let state = model.state_dict();
-    let tensors: Vec<(&str, &Tensor)> = state.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     checkpoint::save(
         &format!("{out}/model.safetensors"),
-        &tensors,
+        tensors,
         &[("format", "pt")],
     )?;
     println!("saved {} tensors to {out}", tensors.len());
@@ -202,18 +213,14 @@ fn train_sharded(
     }
     let state = parallel::full_state_dict(&model)?;
     if dist::rank() == 0 {
-        fs::create_dir(out)?;
-        fs::write_file(
-            &format!("{out}/config.json"),
-            fs::read_file(&format!("{folder}/config.json"))?,
+        save_folder(
+            folder,
+            out,
+            &state
+                .iter()
+                .map(|(n, t)| (n.as_str(), t))
+                .collect::<Vec<_>>(),
         )?;
-        let tensors: Vec<(&str, &Tensor)> = state.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        checkpoint::save(
-            &format!("{out}/model.safetensors"),
-            &tensors,
-            &[("format", "pt")],
-        )?;
-        println!("saved {} tensors to {out}", tensors.len());
     }
     Ok(())
 }
