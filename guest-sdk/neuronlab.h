@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.6, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.7, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 6)
+#define NL_ABI_VERSION ((1 << 16) | 7)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -114,6 +114,11 @@ NL_IMPORT("args") int32_t nl_args(void *ptr, int32_t cap);
 /** ABI 1.6: nanoseconds of modeled device time of the ops and collectives run on the guest's
  * core since the instance started (what their events carry). */
 NL_IMPORT("device_time_ns") int64_t nl_device_time_ns(void);
+/** ABI 1.7: records the failure the guest is about to stop with (call abort() next): a name
+ * such as "Panic" or "OpError", a message, and FILE:LINE:COLUMN or an empty location. */
+NL_IMPORT("fail")
+int32_t nl_fail(const char *name, int32_t name_len, const char *msg, int32_t msg_len,
+                const char *at, int32_t at_len);
 
 /* tensor */
 

@@ -21,6 +21,7 @@ impl Tensor {
     /// ops on it record for backward, and [`backward`](Tensor::backward) fills its
     /// [`grad`](Tensor::grad). `ERR_GRAD` for a non-float tensor, or one computed from a leaf
     /// (call [`detach`](Tensor::detach) first).
+    #[track_caller]
     pub fn requires_grad(self) -> Result<Tensor> {
         sys::grad_requires(self.handle())?;
         Ok(self)
@@ -36,12 +37,14 @@ impl Tensor {
     /// it depends on, and adds it into their [`grad`](Tensor::grad). Frees the graph's saved
     /// tensors: a second backward through it is an error (see
     /// [`backward_with`](Tensor::backward_with)).
+    #[track_caller]
     pub fn backward(&self) -> Result<()> {
         self.backward_with(None, false)
     }
 
     /// [`backward`](Tensor::backward) with this tensor's gradient (needed when it has more
     /// than one element) and `retain_graph`, which keeps the graph for another backward.
+    #[track_caller]
     pub fn backward_with(&self, gradient: Option<&Tensor>, retain_graph: bool) -> Result<()> {
         let g = gradient.map_or(0, Tensor::handle);
         sys::grad_backward(self.handle(), g, retain_graph)
@@ -49,22 +52,26 @@ impl Tensor {
 
     /// The gradient accumulated in this leaf, `None` when no backward has reached it since
     /// it was last cleared (or when it is not a leaf).
+    #[track_caller]
     pub fn grad(&self) -> Result<Option<Tensor>> {
         Ok(sys::grad_get(self.handle())?.map(Tensor::from_handle))
     }
 
     /// Clears this leaf's gradient (torch's `zero_grad`, which sets it to `None`).
+    #[track_caller]
     pub fn zero_grad(&self) -> Result<()> {
         self.set_grad(None)
     }
 
     /// Replaces this leaf's gradient (`None` clears it), as assigning torch's `.grad`; the
     /// gradient must have the leaf's shape and dtype.
+    #[track_caller]
     pub fn set_grad(&self, grad: Option<&Tensor>) -> Result<()> {
         sys::grad_set(self.handle(), grad.map_or(0, Tensor::handle))
     }
 
     /// The same data outside the graph: no gradient flows through the result.
+    #[track_caller]
     pub fn detach(&self) -> Result<Tensor> {
         sys::grad_detach(self.handle()).map(Tensor::from_handle)
     }
@@ -72,6 +79,7 @@ impl Tensor {
     /// Replaces this tensor's data with `data`'s in place, keeping it the same leaf (its
     /// gradient and identity): how optimizers update parameters. The shape, dtype and core
     /// must stay the same.
+    #[track_caller]
     pub fn set_data(&self, data: &Tensor) -> Result<()> {
         sys::grad_assign(self.handle(), data.handle())
     }
@@ -100,6 +108,7 @@ pub fn is_grad_enabled() -> bool {
 /// The gradients of the one-element `outputs` with respect to each of `inputs`, as
 /// `torch.autograd.grad`: the inputs may be any tensors that require a gradient, and no
 /// leaf's [`grad`](Tensor::grad) changes. Frees the graph.
+#[track_caller]
 pub fn grad(outputs: &[&Tensor], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
     let outs: Vec<u32> = outputs.iter().map(|t| t.handle()).collect();
     let grads = vec![0u32; outs.len()];

@@ -49,6 +49,7 @@ impl Checkpoint {
 
 /// The tensor names (sorted) and the metadata of the checkpoint at `path`, from its headers
 /// alone.
+#[track_caller]
 pub fn info(path: &str) -> Result<(Vec<String>, BTreeMap<String, String>)> {
     let (names, pairs) = sys::ckpt_info(path)?;
     Ok((names, pairs_to_map(pairs)))
@@ -70,6 +71,7 @@ fn pairs_to_map(pairs: Vec<String>) -> BTreeMap<String, String> {
 ///
 /// [`ErrorKind::Fs`] when the path is refused or the checkpoint is malformed (the message
 /// names the file and the tensor), [`ErrorKind::Memory`] when it does not fit.
+#[track_caller]
 pub fn load(path: &str) -> Result<Checkpoint> {
     let (names, metadata) = info(path)?;
     let mut handles = vec![0u32; names.len()];
@@ -105,6 +107,7 @@ fn request(tensors: &[(&str, &Tensor)], metadata: &[(&str, &str)]) -> (Vec<u8>, 
 
 /// Saves `tensors` (each name once) with `metadata` as one `.safetensors` file at `path`.
 /// Needs a read-write grant.
+#[track_caller]
 pub fn save(path: &str, tensors: &[(&str, &Tensor)], metadata: &[(&str, &str)]) -> Result<()> {
     let (names, handles) = request(tensors, metadata);
     sys::ckpt_save(path, &names, &handles, 0).map(drop)
@@ -114,6 +117,7 @@ pub fn save(path: &str, tensors: &[(&str, &Tensor)], metadata: &[(&str, &str)]) 
 /// `max_shard_bytes` each, in order (a larger tensor gets one of its own), and
 /// `model.safetensors.index.json` with the metadata, `total_size` and the `weight_map`.
 /// Returns the number of shards.
+#[track_caller]
 pub fn save_sharded(
     path: &str,
     tensors: &[(&str, &Tensor)],

@@ -100,6 +100,7 @@ pub struct Compiled<'f> {
 /// let step = compile("mlp", mlp)?;
 /// let y = step.call1(&[&randn(&[8, 64])?, &randn(&[64, 64])?])?;
 /// ```
+#[track_caller]
 pub fn compile<'f>(
     name: &str,
     f: impl FnMut(&[Tensor]) -> Result<Vec<Tensor>> + 'f,
@@ -122,6 +123,7 @@ pub fn compile<'f>(
 ///     Ok(vec![loss.detach()?])
 /// }, CompileOptions::new().input_names(&["x"]))?;
 /// ```
+#[track_caller]
 pub fn compile_with<'f>(
     name: &str,
     f: impl FnMut(&[Tensor]) -> Result<Vec<Tensor>> + 'f,
@@ -164,6 +166,7 @@ impl Compiled<'_> {
     /// ```ignore
     /// let outs = step.call(&[&x, &w])?;
     /// ```
+    #[track_caller]
     pub fn call(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let handles: Vec<u32> = inputs.iter().map(|t| t.handle()).collect();
         let mut max_outputs = 16;
@@ -195,6 +198,7 @@ impl Compiled<'_> {
     /// ```ignore
     /// let y = step.call1(&[&x])?;
     /// ```
+    #[track_caller]
     pub fn call1(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let mut outs = self.call(inputs)?;
         if outs.len() != 1 {
@@ -217,6 +221,7 @@ impl Compiled<'_> {
     /// ```ignore
     /// neuronlab::println!("{}", step.explain()?);
     /// ```
+    #[track_caller]
     pub fn explain(&self) -> Result<String> {
         sys::compile_explain(self.handle)
     }
@@ -231,6 +236,7 @@ impl Compiled<'_> {
     /// step.call1(&[&x])?;
     /// let compiled_now = step.stats()?.compiles > before;
     /// ```
+    #[track_caller]
     pub fn stats(&self) -> Result<CompileStats> {
         let [calls, compiles, cache_hits, eager_calls] = sys::compile_stats(self.handle)?;
         Ok(CompileStats {
@@ -266,6 +272,7 @@ pub struct CompileStats {
 ///     h.softmax()
 /// })?;
 /// ```
+#[track_caller]
 pub fn lazy<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     sys::lazy_begin()?;
     let result = f();
@@ -282,6 +289,7 @@ pub fn lazy<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
 /// ```ignore
 /// lazy(|| { for _ in 0..4 { x = step(&x)?; sync()?; } Ok(()) })?;
 /// ```
+#[track_caller]
 pub fn sync() -> Result<()> {
     sys::lazy_sync()
 }

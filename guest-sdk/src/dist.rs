@@ -186,6 +186,7 @@ impl Group {
     /// ```ignore
     /// let evens = neuronlab::Group::new(&[0, 2, 4, 6])?;
     /// ```
+    #[track_caller]
     pub fn new(ranks: &[u32]) -> Result<Group> {
         sys::dist_new_group(ranks).map(|handle| Group { handle })
     }
@@ -220,6 +221,7 @@ impl Group {
     /// ```ignore
     /// let me = tp.rank()?;
     /// ```
+    #[track_caller]
     pub fn rank(&self) -> Result<usize> {
         sys::dist_group_rank(self.handle)
     }
@@ -268,6 +270,7 @@ fn describe(f: &mut fmt::Formatter<'_>, kind: &str, handle: u32) -> fmt::Result 
 }
 
 /// Runs the collective `op` on `x` over `group`.
+#[track_caller]
 fn collective(op: &str, x: &Tensor, attrs: Attrs, group: &Group) -> Result<Tensor> {
     sys::dist_collective(op, group.handle, x.handle(), attrs.as_bytes()).map(Tensor::from_handle)
 }
@@ -287,6 +290,7 @@ pub mod region {
 
     /// `x` unchanged forward; backward all-reduces the gradient (the input of a
     /// column-parallel layer, Megatron's `copy_to_tensor_model_parallel_region`).
+    #[track_caller]
     pub fn copy_to(x: &Tensor, group: &Group) -> Result<Tensor> {
         collective(
             "identity",
@@ -298,6 +302,7 @@ pub mod region {
 
     /// The sum over the group forward; the gradient passes unchanged (the output of a
     /// row-parallel layer, `reduce_from_tensor_model_parallel_region`).
+    #[track_caller]
     pub fn reduce_from(x: &Tensor, group: &Group) -> Result<Tensor> {
         let attrs = Attrs::new().str("op", "sum").str("backward", "identity");
         collective("all_reduce", x, attrs, group)
@@ -305,6 +310,7 @@ pub mod region {
 
     /// Every rank's `x` concatenated along `dim` forward; backward keeps this rank's chunk of
     /// the gradient (`gather_from_tensor_model_parallel_region`).
+    #[track_caller]
     pub fn gather_from(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
         let attrs = Attrs::new()
             .int("dim", dim_attr(dim))
@@ -315,6 +321,7 @@ pub mod region {
     /// Every rank's shard concatenated along `dim` forward; backward reduce-scatters the
     /// gradient with avg, so each rank's shard gets the mean over the group of the whole
     /// gradient (FSDP's unsharding of a parameter, each rank on its own data).
+    #[track_caller]
     pub fn unshard(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
         let attrs = Attrs::new()
             .int("dim", dim_attr(dim))
@@ -325,6 +332,7 @@ pub mod region {
 
     /// This rank's `torch.chunk` chunk of `x` along `dim` forward; backward all-gathers the
     /// gradient (`scatter_to_tensor_model_parallel_region`).
+    #[track_caller]
     pub fn scatter_to(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
         let attrs = Attrs::new()
             .int("dim", dim_attr(dim))
@@ -353,6 +361,7 @@ fn dim_attr(dim: usize) -> i64 {
 /// ```ignore
 /// let grad = dist::all_reduce(&grad, ReduceOp::Avg, &Group::world())?;
 /// ```
+#[track_caller]
 pub fn all_reduce(x: &Tensor, op: ReduceOp, group: &Group) -> Result<Tensor> {
     collective("all_reduce", x, Attrs::new().str("op", op.name()), group)
 }
@@ -370,6 +379,7 @@ pub fn all_reduce(x: &Tensor, op: ReduceOp, group: &Group) -> Result<Tensor> {
 /// ```ignore
 /// let full = dist::all_gather(&shard, 0, &fsdp)?; // [rows * fsdp.size(), cols]
 /// ```
+#[track_caller]
 pub fn all_gather(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
     collective(
         "all_gather",
@@ -392,6 +402,7 @@ pub fn all_gather(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
 /// ```ignore
 /// let my_rows = dist::reduce_scatter(&grad, ReduceOp::Sum, 0, &fsdp)?;
 /// ```
+#[track_caller]
 pub fn reduce_scatter(x: &Tensor, op: ReduceOp, dim: usize, group: &Group) -> Result<Tensor> {
     let attrs = Attrs::new().str("op", op.name()).int("dim", dim_attr(dim));
     collective("reduce_scatter", x, attrs, group)
@@ -411,6 +422,7 @@ pub fn reduce_scatter(x: &Tensor, op: ReduceOp, dim: usize, group: &Group) -> Re
 /// // Sequence-sharded [s/k, h, d] to head-sharded [s, h/k, d] (Ulysses attention).
 /// let heads = dist::all_to_all(&x, 1, 0, &sp)?;
 /// ```
+#[track_caller]
 pub fn all_to_all(
     x: &Tensor,
     split_dim: usize,
@@ -435,6 +447,7 @@ pub fn all_to_all(
 /// ```ignore
 /// let weights = dist::broadcast(&weights, 0, &Group::world())?;
 /// ```
+#[track_caller]
 pub fn broadcast(x: &Tensor, src: u32, group: &Group) -> Result<Tensor> {
     collective(
         "broadcast",
@@ -456,6 +469,7 @@ pub fn broadcast(x: &Tensor, src: u32, group: &Group) -> Result<Tensor> {
 /// ```ignore
 /// dist::barrier(&Group::world())?;
 /// ```
+#[track_caller]
 pub fn barrier(group: &Group) -> Result<()> {
     sys::dist_barrier(group.handle)
 }
@@ -499,6 +513,7 @@ impl DeviceMesh {
     /// ```ignore
     /// let mesh = neuronlab::DeviceMesh::new(&[neuronlab::dist::world_size() as usize], &["tp"])?;
     /// ```
+    #[track_caller]
     pub fn new(shape: &[usize], names: &[&str]) -> Result<DeviceMesh> {
         if let Some(name) = names.iter().find(|n| n.contains(',')) {
             return Err(Error::new(
@@ -550,6 +565,7 @@ impl DeviceMesh {
     /// let tp = mesh.group("tp")?;
     /// let y = dist::all_reduce(&y_partial, ReduceOp::Sum, &tp)?;
     /// ```
+    #[track_caller]
     pub fn group(&self, name: &str) -> Result<Group> {
         sys::dist_mesh_group(self.handle, name).map(|handle| Group { handle })
     }
@@ -565,6 +581,7 @@ impl DeviceMesh {
     /// ```ignore
     /// let chip = mesh.coordinate("fsdp")?;
     /// ```
+    #[track_caller]
     pub fn coordinate(&self, name: &str) -> Result<usize> {
         sys::dist_mesh_coord(self.handle, name)
     }
@@ -690,6 +707,7 @@ impl DTensor {
     /// ```ignore
     /// let p = DTensor::distribute(&p, &mesh, &[Placement::Shard(0), Placement::Replicate])?;
     /// ```
+    #[track_caller]
     pub fn distribute(x: &Tensor, mesh: &DeviceMesh, placements: &[Placement]) -> Result<DTensor> {
         sys::dist_distribute(mesh.handle, x.handle(), &Placement::join(placements))
             .map(|handle| DTensor { handle })
@@ -708,6 +726,7 @@ impl DTensor {
     /// ```ignore
     /// let y = DTensor::from_local(&y_partial, &mesh, &[Placement::Partial(ReduceOp::Sum)])?;
     /// ```
+    #[track_caller]
     pub fn from_local(x: &Tensor, mesh: &DeviceMesh, placements: &[Placement]) -> Result<DTensor> {
         sys::dist_from_local(mesh.handle, x.handle(), &Placement::join(placements))
             .map(|handle| DTensor { handle })
@@ -725,6 +744,7 @@ impl DTensor {
     /// ```ignore
     /// let y = y.redistribute(&[Placement::Replicate])?; // an all_reduce of the partial sums
     /// ```
+    #[track_caller]
     pub fn redistribute(&self, placements: &[Placement]) -> Result<DTensor> {
         sys::dist_redistribute(self.handle, &Placement::join(placements))
             .map(|handle| DTensor { handle })
@@ -741,6 +761,7 @@ impl DTensor {
     /// ```ignore
     /// let p = p_sharded.full_tensor()?;
     /// ```
+    #[track_caller]
     pub fn full_tensor(&self) -> Result<Tensor> {
         sys::dist_full_tensor(self.handle).map(Tensor::from_handle)
     }
@@ -756,6 +777,7 @@ impl DTensor {
     /// ```ignore
     /// neuronlab::println!("local shard {:?}", w.to_local()?.shape());
     /// ```
+    #[track_caller]
     pub fn to_local(&self) -> Result<Tensor> {
         sys::dist_to_local(self.handle).map(Tensor::from_handle)
     }

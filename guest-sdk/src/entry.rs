@@ -1,13 +1,16 @@
 //! The guest's entry points: [`main!`](crate::main!), [`entry`], the run's [`args`], the
 //! panic hook and the `neuronlab_abi_version` export.
 
+use std::any::Any;
 use std::fmt::Display;
+use std::panic::Location;
 use std::sync::Once;
 
+use crate::error::Error;
 use crate::sys::{self, Stream};
 
-/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.6.
-pub const ABI_VERSION: i32 = (1 << 16) | 6;
+/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.7.
+pub const ABI_VERSION: i32 = (1 << 16) | 7;
 
 /// The `neuronlab_abi_version` export the host checks before it runs a guest.
 ///
@@ -21,7 +24,8 @@ pub extern "C" fn neuronlab_abi_version() -> i32 {
 ///
 /// The function takes no arguments and returns `Result<(), E>` for any `E: Display`, usually
 /// [`neuronlab::Result<()>`](crate::Result). It runs through [`entry`]: a panic or an `Err`
-/// is printed to the cell's stderr and stops the guest with a trap, which the host reports.
+/// stops the guest with a trap, and the host reports it as the cell's error, named after
+/// its cause (`Panic`, `OpError`, ...) with the line it came from.
 ///
 /// # Example
 ///
@@ -49,7 +53,9 @@ macro_rules! main {
 }
 
 /// Runs an experiment's body as an entry point does: installs the panic hook, calls `f`,
-/// and on `Err` prints `error: <e>` to stderr and traps.
+/// and on `Err` reports the error to the host (its kind as the failure's name, and where
+/// the SDK call that failed was made) and traps. The host shows it as the one error of the
+/// cell or the rank.
 ///
 /// [`main!`](crate::main!) uses it for `run`; call it yourself from an entry point with
 /// parameters, which the host parses from the command line.
@@ -67,13 +73,40 @@ macro_rules! main {
 ///     })
 /// }
 /// ```
-pub fn entry<E: Display>(f: impl FnOnce() -> Result<(), E>) {
+pub fn entry<E: Display + 'static>(f: impl FnOnce() -> Result<(), E>) {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| std::panic::set_hook(Box::new(panic_hook)));
     if let Err(e) = f() {
-        let _ = sys::print(Stream::Stderr, &format!("error: {e}\n"));
-        std::process::abort();
+        match ours(&e) {
+            Some(ours) => fail(ours.kind().failure_name(), ours.message(), ours.location()),
+            None => fail("Error", &e.to_string(), None),
+        }
     }
+}
+
+/// The SDK's [`Error`] in `e`: `e` itself, or what a boxed error (a cell's
+/// `Box<dyn Error>`, which `?` converts to) holds.
+fn ours<E: 'static>(e: &E) -> Option<&Error> {
+    let any = e as &dyn Any;
+    any.downcast_ref::<Error>()
+        .or_else(|| {
+            any.downcast_ref::<Box<dyn std::error::Error>>()
+                .and_then(|b| b.downcast_ref::<Error>())
+        })
+        .or_else(|| {
+            any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>()
+                .and_then(|b| b.downcast_ref::<Error>())
+        })
+}
+
+/// Reports the failure to the host, then traps. A host that cannot take the report (it
+/// refused the name, say) still gets the message, on stderr.
+fn fail(name: &str, message: &str, at: Option<&Location<'_>>) -> ! {
+    let at = at.map(|at| at.to_string()).unwrap_or_default();
+    if sys::fail(name, message, &at).is_err() {
+        let _ = sys::print(Stream::Stderr, &format!("{name}: {message}\n"));
+    }
+    std::process::abort()
 }
 
 /// The run's arguments: what follows `--` on `neuronlab run` (`neuronlab run exp.wasm --
@@ -92,8 +125,8 @@ pub fn args() -> Vec<String> {
     sys::args().unwrap_or_else(|e| panic!("neuronlab::args: {e}"))
 }
 
-/// Sends `panicked at FILE:LINE:COL: MESSAGE` to stderr. A panic then aborts (the only
-/// strategy on `wasm32-unknown-unknown`), and the trap ends the guest.
+/// Reports a panic to the host as a `Panic` failure at the panic's location, and traps (a
+/// panic aborts on `wasm32-unknown-unknown` in any case).
 fn panic_hook(info: &std::panic::PanicHookInfo<'_>) {
     let payload = info.payload();
     let message = payload
@@ -101,9 +134,5 @@ fn panic_hook(info: &std::panic::PanicHookInfo<'_>) {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("Box<dyn Any>");
-    let text = match info.location() {
-        Some(at) => format!("panicked at {at}: {message}\n"),
-        None => format!("panicked: {message}\n"),
-    };
-    let _ = sys::print(Stream::Stderr, &text);
+    fail("Panic", message, info.location())
 }

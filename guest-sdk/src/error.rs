@@ -1,6 +1,7 @@
 //! [`Error`]: an ABI error code with the host's message.
 
 use std::fmt;
+use std::panic::Location;
 
 /// The result of every fallible SDK call.
 ///
@@ -144,6 +145,32 @@ impl ErrorKind {
             ErrorKind::Other(_) => "ERR_OTHER",
         }
     }
+
+    /// The name a failing cell or rank shows for an error of this kind that stopped it:
+    /// `OpError`, `OutOfMemory`, `Interrupted`, ...
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// assert_eq!(neuronlab::ErrorKind::Op.failure_name(), "OpError");
+    /// ```
+    pub fn failure_name(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "InvalidArgument",
+            ErrorKind::Handle => "HandleError",
+            ErrorKind::Bounds => "BoundsError",
+            ErrorKind::Op => "OpError",
+            ErrorKind::Memory => "OutOfMemory",
+            ErrorKind::UnknownOp => "UnknownOp",
+            ErrorKind::Cancelled => "Interrupted",
+            ErrorKind::TooSmall => "BufferTooSmall",
+            ErrorKind::Unavailable => "Unavailable",
+            ErrorKind::Collective => "CollectiveError",
+            ErrorKind::Grad => "GradError",
+            ErrorKind::Fs => "FsError",
+            ErrorKind::Other(_) => "HostError",
+        }
+    }
 }
 
 /// An error from the host (its code and the message `last_error` gave) or from the SDK's own
@@ -163,11 +190,23 @@ impl ErrorKind {
 ///     Err(e) => neuronlab::println!("caught: {e}"), // caught: ERR_OP: add(...): ...
 /// }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// Where the SDK call that failed was made: SDK functions that return a `Result` track
+    /// their caller, so for a `?` on an op this is the user's line.
+    location: Option<&'static Location<'static>>,
 }
+
+/// Errors are equal when their kind and message are; where they were made does not count.
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for Error {}
 
 impl Error {
     /// An error of `kind` with `message`, for guest code that reports its own failures.
@@ -180,11 +219,27 @@ impl Error {
     /// let e = Error::new(ErrorKind::Invalid, "steps must be positive");
     /// assert_eq!(e.to_string(), "ERR_INVALID: steps must be positive");
     /// ```
+    #[track_caller]
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,
             message: message.into(),
+            location: Some(Location::caller()),
         }
+    }
+
+    /// Where the call that failed was made, as far as the SDK tracks its callers: the
+    /// user's line for an op, an optimizer step or a module's forward called from it.
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// if let Err(e) = a.add(&b) {
+    ///     neuronlab::println!("failed at line {}", e.location().map_or(0, |at| at.line()));
+    /// }
+    /// ```
+    pub fn location(&self) -> Option<&'static Location<'static>> {
+        self.location
     }
 
     /// Which error this is.

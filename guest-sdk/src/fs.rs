@@ -34,18 +34,21 @@ const CHUNK: usize = 1 << 30;
 ///
 /// [`ErrorKind::Fs`](crate::ErrorKind::Fs) when the path is refused, names a folder or does
 /// not exist.
+#[track_caller]
 pub fn read_file(path: &str) -> Result<Vec<u8>> {
     let size = file_size(path)?;
     read_range(path, 0, usize::try_from(size).unwrap_or(usize::MAX))
 }
 
 /// The whole file at `path` as text (invalid UTF-8 is replaced).
+#[track_caller]
 pub fn read_to_string(path: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&read_file(path)?).into_owned())
 }
 
 /// Up to `len` bytes of the file at `path` from byte `offset`: fewer only at the end of the
 /// file.
+#[track_caller]
 pub fn read_range(path: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     while out.len() < len {
@@ -62,12 +65,14 @@ pub fn read_range(path: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
 }
 
 /// The size of the file at `path` in bytes.
+#[track_caller]
 pub fn file_size(path: &str) -> Result<u64> {
     sys::fs_size(path)
 }
 
 /// Writes `data` to the file at `path`, creating it or replacing its contents. Needs a
 /// read-write grant; the file's folder must exist ([`create_dir`]).
+#[track_caller]
 pub fn write_file(path: &str, data: impl AsRef<[u8]>) -> Result<()> {
     let data = data.as_ref();
     let mut chunks = data.chunks(CHUNK);
@@ -76,6 +81,7 @@ pub fn write_file(path: &str, data: impl AsRef<[u8]>) -> Result<()> {
 }
 
 /// Writes `data` after the contents of the file at `path`, creating it if needed.
+#[track_caller]
 pub fn append_file(path: &str, data: impl AsRef<[u8]>) -> Result<()> {
     data.as_ref()
         .chunks(CHUNK)
@@ -84,11 +90,13 @@ pub fn append_file(path: &str, data: impl AsRef<[u8]>) -> Result<()> {
 
 /// The names in the folder at `path`, sorted; a folder's name ends in `/`. The empty path
 /// lists the granted folders.
+#[track_caller]
 pub fn list_dir(path: &str) -> Result<Vec<String>> {
     sys::fs_list(path)
 }
 
 /// Makes the folder at `path` (its parent must exist); nothing when it exists already.
+#[track_caller]
 pub fn create_dir(path: &str) -> Result<()> {
     sys::fs_mkdir(path)
 }

@@ -70,6 +70,7 @@ impl Value {
 }
 
 /// Parses a whole JSON document. `what` names the document in errors.
+#[track_caller]
 pub fn parse(text: &str, what: &str) -> Result<Value> {
     let mut p = Parser {
         bytes: text.as_bytes(),

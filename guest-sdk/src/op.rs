@@ -30,6 +30,7 @@ use crate::tensor::Tensor;
 /// let out = neuronlab::call("softmax", &[&x], &Attrs::new().int("dim", 0))?;
 /// assert_eq!(out.len(), 1);
 /// ```
+#[track_caller]
 pub fn call(op: &str, inputs: &[&Tensor], attrs: &Attrs) -> Result<Vec<Tensor>> {
     thread_local! {
         static IDS: RefCell<BTreeMap<String, i32>> = const { RefCell::new(BTreeMap::new()) };
@@ -57,6 +58,7 @@ pub fn call(op: &str, inputs: &[&Tensor], attrs: &Attrs) -> Result<Vec<Tensor>> 
 }
 
 /// Calls op `id` with room for `max_outputs` output handles.
+#[track_caller]
 fn run(id: i32, inputs: &[&Tensor], attrs: &Attrs, max_outputs: usize) -> Result<Vec<Tensor>> {
     let handles: Vec<u32> = inputs.iter().map(|t| t.handle()).collect();
     let mut outputs = vec![0u32; max_outputs];
@@ -83,6 +85,7 @@ impl Op {
         }
     }
 
+    #[track_caller]
     fn id(&self) -> Result<i32> {
         let id = self.id.load(Ordering::Relaxed);
         if id >= 0 {
@@ -94,6 +97,7 @@ impl Op {
     }
 
     /// Runs the op and returns its outputs as `O`: one [`Tensor`], or an array of them.
+    #[track_caller]
     pub(crate) fn call<O: Outputs>(&self, inputs: &[&Tensor], attrs: Attrs) -> Result<O> {
         let outputs = run(self.id()?, inputs, &attrs, O::COUNT)?;
         if outputs.len() != O::COUNT {
@@ -142,6 +146,7 @@ impl<const N: usize> Outputs for [Tensor; N] {
 /// The inputs of an op with optional trailing inputs: the required ones, then the given
 /// optional ones, which must form a prefix of `optional` (the ABI lets only trailing inputs
 /// be left out).
+#[track_caller]
 pub(crate) fn with_optional<'a>(
     op: &str,
     required: &[&'a Tensor],

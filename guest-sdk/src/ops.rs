@@ -37,6 +37,7 @@ use crate::tensor::Tensor;
 /// ```ignore
 /// let out = zeros(shape)?;
 /// ```
+#[track_caller]
 pub fn zeros(shape: &[i64]) -> Result<Tensor> {
     zeros_with(shape, ZerosOptions::new())
 }
@@ -53,6 +54,7 @@ pub fn zeros(shape: &[i64]) -> Result<Tensor> {
 /// let options = ZerosOptions::new().dtype(dtype);
 /// let out = zeros_with(shape, options)?;
 /// ```
+#[track_caller]
 pub fn zeros_with(shape: &[i64], options: ZerosOptions) -> Result<Tensor> {
     static OP: Op = Op::new("zeros");
     OP.call(&[], options.attrs().ints("shape", shape))
@@ -106,6 +108,7 @@ impl ZerosOptions {
 /// ```ignore
 /// let out = ones(shape)?;
 /// ```
+#[track_caller]
 pub fn ones(shape: &[i64]) -> Result<Tensor> {
     ones_with(shape, OnesOptions::new())
 }
@@ -122,6 +125,7 @@ pub fn ones(shape: &[i64]) -> Result<Tensor> {
 /// let options = OnesOptions::new().dtype(dtype);
 /// let out = ones_with(shape, options)?;
 /// ```
+#[track_caller]
 pub fn ones_with(shape: &[i64], options: OnesOptions) -> Result<Tensor> {
     static OP: Op = Op::new("ones");
     OP.call(&[], options.attrs().ints("shape", shape))
@@ -175,6 +179,7 @@ impl OnesOptions {
 /// ```ignore
 /// let out = full(shape, value)?;
 /// ```
+#[track_caller]
 pub fn full(shape: &[i64], value: f64) -> Result<Tensor> {
     full_with(shape, value, FullOptions::new())
 }
@@ -191,6 +196,7 @@ pub fn full(shape: &[i64], value: f64) -> Result<Tensor> {
 /// let options = FullOptions::new().dtype(dtype);
 /// let out = full_with(shape, value, options)?;
 /// ```
+#[track_caller]
 pub fn full_with(shape: &[i64], value: f64, options: FullOptions) -> Result<Tensor> {
     static OP: Op = Op::new("full");
     OP.call(
@@ -247,6 +253,7 @@ impl FullOptions {
 /// ```ignore
 /// let out = arange(end)?;
 /// ```
+#[track_caller]
 pub fn arange(end: f64) -> Result<Tensor> {
     arange_with(end, ArangeOptions::new())
 }
@@ -263,6 +270,7 @@ pub fn arange(end: f64) -> Result<Tensor> {
 /// let options = ArangeOptions::new().start(start);
 /// let out = arange_with(end, options)?;
 /// ```
+#[track_caller]
 pub fn arange_with(end: f64, options: ArangeOptions) -> Result<Tensor> {
     static OP: Op = Op::new("arange");
     OP.call(&[], options.attrs().float("end", end))
@@ -338,6 +346,7 @@ impl ArangeOptions {
 /// ```ignore
 /// let out = rand(shape)?;
 /// ```
+#[track_caller]
 pub fn rand(shape: &[i64]) -> Result<Tensor> {
     rand_with(shape, RandOptions::new())
 }
@@ -354,6 +363,7 @@ pub fn rand(shape: &[i64]) -> Result<Tensor> {
 /// let options = RandOptions::new().seed(seed);
 /// let out = rand_with(shape, options)?;
 /// ```
+#[track_caller]
 pub fn rand_with(shape: &[i64], options: RandOptions) -> Result<Tensor> {
     static OP: Op = Op::new("rand");
     OP.call(&[], options.attrs().ints("shape", shape))
@@ -418,6 +428,7 @@ impl RandOptions {
 /// ```ignore
 /// let out = randn(shape)?;
 /// ```
+#[track_caller]
 pub fn randn(shape: &[i64]) -> Result<Tensor> {
     randn_with(shape, RandnOptions::new())
 }
@@ -434,6 +445,7 @@ pub fn randn(shape: &[i64]) -> Result<Tensor> {
 /// let options = RandnOptions::new().seed(seed);
 /// let out = randn_with(shape, options)?;
 /// ```
+#[track_caller]
 pub fn randn_with(shape: &[i64], options: RandnOptions) -> Result<Tensor> {
     static OP: Op = Op::new("randn");
     OP.call(&[], options.attrs().ints("shape", shape))
@@ -497,6 +509,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.reshape(shape)?;
     /// ```
+    #[track_caller]
     pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
         static OP: Op = Op::new("reshape");
         OP.call(&[self], Attrs::new().ints("shape", shape))
@@ -513,6 +526,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.view(shape)?;
     /// ```
+    #[track_caller]
     pub fn view(&self, shape: &[i64]) -> Result<Tensor> {
         static OP: Op = Op::new("view");
         OP.call(&[self], Attrs::new().ints("shape", shape))
@@ -531,6 +545,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.flatten()?;
     /// ```
+    #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
         self.flatten_with(FlattenOptions::new())
     }
@@ -547,6 +562,7 @@ impl Tensor {
     /// let options = FlattenOptions::new().start_dim(start_dim);
     /// let out = x.flatten_with(options)?;
     /// ```
+    #[track_caller]
     pub fn flatten_with(&self, options: FlattenOptions) -> Result<Tensor> {
         static OP: Op = Op::new("flatten");
         OP.call(&[self], options.attrs())
@@ -613,6 +629,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.transpose()?;
     /// ```
+    #[track_caller]
     pub fn transpose(&self) -> Result<Tensor> {
         self.transpose_with(TransposeOptions::new())
     }
@@ -629,6 +646,7 @@ impl Tensor {
     /// let options = TransposeOptions::new().dim0(dim0);
     /// let out = x.transpose_with(options)?;
     /// ```
+    #[track_caller]
     pub fn transpose_with(&self, options: TransposeOptions) -> Result<Tensor> {
         static OP: Op = Op::new("transpose");
         OP.call(&[self], options.attrs())
@@ -693,6 +711,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.permute(dims)?;
     /// ```
+    #[track_caller]
     pub fn permute(&self, dims: &[i64]) -> Result<Tensor> {
         static OP: Op = Op::new("permute");
         OP.call(&[self], Attrs::new().ints("dims", dims))
@@ -711,6 +730,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.slice()?;
     /// ```
+    #[track_caller]
     pub fn slice(&self) -> Result<Tensor> {
         self.slice_with(SliceOptions::new())
     }
@@ -727,6 +747,7 @@ impl Tensor {
     /// let options = SliceOptions::new().dim(dim);
     /// let out = x.slice_with(options)?;
     /// ```
+    #[track_caller]
     pub fn slice_with(&self, options: SliceOptions) -> Result<Tensor> {
         static OP: Op = Op::new("slice");
         OP.call(&[self], options.attrs())
@@ -813,6 +834,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.narrow(dim, start, length)?;
     /// ```
+    #[track_caller]
     pub fn narrow(&self, dim: i64, start: i64, length: i64) -> Result<Tensor> {
         static OP: Op = Op::new("narrow");
         OP.call(
@@ -835,6 +857,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.expand(shape)?;
     /// ```
+    #[track_caller]
     pub fn expand(&self, shape: &[i64]) -> Result<Tensor> {
         static OP: Op = Op::new("expand");
         OP.call(&[self], Attrs::new().ints("shape", shape))
@@ -853,6 +876,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.squeeze()?;
     /// ```
+    #[track_caller]
     pub fn squeeze(&self) -> Result<Tensor> {
         self.squeeze_with(SqueezeOptions::new())
     }
@@ -869,6 +893,7 @@ impl Tensor {
     /// let options = SqueezeOptions::new().dims(dims);
     /// let out = x.squeeze_with(options)?;
     /// ```
+    #[track_caller]
     pub fn squeeze_with(&self, options: SqueezeOptions) -> Result<Tensor> {
         static OP: Op = Op::new("squeeze");
         OP.call(&[self], options.attrs())
@@ -922,6 +947,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.unsqueeze(dim)?;
     /// ```
+    #[track_caller]
     pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
         static OP: Op = Op::new("unsqueeze");
         OP.call(&[self], Attrs::new().int("dim", dim))
@@ -938,6 +964,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.contiguous()?;
     /// ```
+    #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         static OP: Op = Op::new("contiguous");
         OP.call(&[self], Attrs::new())
@@ -954,6 +981,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.exp()?;
     /// ```
+    #[track_caller]
     pub fn exp(&self) -> Result<Tensor> {
         static OP: Op = Op::new("exp");
         OP.call(&[self], Attrs::new())
@@ -970,6 +998,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.log()?;
     /// ```
+    #[track_caller]
     pub fn log(&self) -> Result<Tensor> {
         static OP: Op = Op::new("log");
         OP.call(&[self], Attrs::new())
@@ -986,6 +1015,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.sqrt()?;
     /// ```
+    #[track_caller]
     pub fn sqrt(&self) -> Result<Tensor> {
         static OP: Op = Op::new("sqrt");
         OP.call(&[self], Attrs::new())
@@ -1002,6 +1032,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.rsqrt()?;
     /// ```
+    #[track_caller]
     pub fn rsqrt(&self) -> Result<Tensor> {
         static OP: Op = Op::new("rsqrt");
         OP.call(&[self], Attrs::new())
@@ -1018,6 +1049,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.reciprocal()?;
     /// ```
+    #[track_caller]
     pub fn reciprocal(&self) -> Result<Tensor> {
         static OP: Op = Op::new("reciprocal");
         OP.call(&[self], Attrs::new())
@@ -1034,6 +1066,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.tanh()?;
     /// ```
+    #[track_caller]
     pub fn tanh(&self) -> Result<Tensor> {
         static OP: Op = Op::new("tanh");
         OP.call(&[self], Attrs::new())
@@ -1050,6 +1083,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.sigmoid()?;
     /// ```
+    #[track_caller]
     pub fn sigmoid(&self) -> Result<Tensor> {
         static OP: Op = Op::new("sigmoid");
         OP.call(&[self], Attrs::new())
@@ -1066,6 +1100,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.silu()?;
     /// ```
+    #[track_caller]
     pub fn silu(&self) -> Result<Tensor> {
         static OP: Op = Op::new("silu");
         OP.call(&[self], Attrs::new())
@@ -1082,6 +1117,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.sin()?;
     /// ```
+    #[track_caller]
     pub fn sin(&self) -> Result<Tensor> {
         static OP: Op = Op::new("sin");
         OP.call(&[self], Attrs::new())
@@ -1098,6 +1134,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.cos()?;
     /// ```
+    #[track_caller]
     pub fn cos(&self) -> Result<Tensor> {
         static OP: Op = Op::new("cos");
         OP.call(&[self], Attrs::new())
@@ -1114,6 +1151,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.erf()?;
     /// ```
+    #[track_caller]
     pub fn erf(&self) -> Result<Tensor> {
         static OP: Op = Op::new("erf");
         OP.call(&[self], Attrs::new())
@@ -1132,6 +1170,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.gelu()?;
     /// ```
+    #[track_caller]
     pub fn gelu(&self) -> Result<Tensor> {
         self.gelu_with(GeluOptions::new())
     }
@@ -1148,6 +1187,7 @@ impl Tensor {
     /// let options = GeluOptions::new().approximate(approximate);
     /// let out = x.gelu_with(options)?;
     /// ```
+    #[track_caller]
     pub fn gelu_with(&self, options: GeluOptions) -> Result<Tensor> {
         static OP: Op = Op::new("gelu");
         OP.call(&[self], options.attrs())
@@ -1201,6 +1241,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.neg()?;
     /// ```
+    #[track_caller]
     pub fn neg(&self) -> Result<Tensor> {
         static OP: Op = Op::new("neg");
         OP.call(&[self], Attrs::new())
@@ -1217,6 +1258,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.abs()?;
     /// ```
+    #[track_caller]
     pub fn abs(&self) -> Result<Tensor> {
         static OP: Op = Op::new("abs");
         OP.call(&[self], Attrs::new())
@@ -1233,6 +1275,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.relu()?;
     /// ```
+    #[track_caller]
     pub fn relu(&self) -> Result<Tensor> {
         static OP: Op = Op::new("relu");
         OP.call(&[self], Attrs::new())
@@ -1249,6 +1292,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.square()?;
     /// ```
+    #[track_caller]
     pub fn square(&self) -> Result<Tensor> {
         static OP: Op = Op::new("square");
         OP.call(&[self], Attrs::new())
@@ -1265,6 +1309,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.add(&b)?;
     /// ```
+    #[track_caller]
     pub fn add(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("add");
         OP.call(&[self, b], Attrs::new())
@@ -1281,6 +1326,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.sub(&b)?;
     /// ```
+    #[track_caller]
     pub fn sub(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("sub");
         OP.call(&[self, b], Attrs::new())
@@ -1297,6 +1343,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.mul(&b)?;
     /// ```
+    #[track_caller]
     pub fn mul(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("mul");
         OP.call(&[self, b], Attrs::new())
@@ -1313,6 +1360,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.div(&b)?;
     /// ```
+    #[track_caller]
     pub fn div(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("div");
         OP.call(&[self, b], Attrs::new())
@@ -1329,6 +1377,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.maximum(&b)?;
     /// ```
+    #[track_caller]
     pub fn maximum(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("maximum");
         OP.call(&[self, b], Attrs::new())
@@ -1345,6 +1394,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.minimum(&b)?;
     /// ```
+    #[track_caller]
     pub fn minimum(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("minimum");
         OP.call(&[self, b], Attrs::new())
@@ -1361,6 +1411,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.pow(&b)?;
     /// ```
+    #[track_caller]
     pub fn pow(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("pow");
         OP.call(&[self, b], Attrs::new())
@@ -1377,6 +1428,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.eq(&b)?;
     /// ```
+    #[track_caller]
     pub fn eq(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("eq");
         OP.call(&[self, b], Attrs::new())
@@ -1393,6 +1445,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.ne(&b)?;
     /// ```
+    #[track_caller]
     pub fn ne(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("ne");
         OP.call(&[self, b], Attrs::new())
@@ -1409,6 +1462,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.lt(&b)?;
     /// ```
+    #[track_caller]
     pub fn lt(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("lt");
         OP.call(&[self, b], Attrs::new())
@@ -1425,6 +1479,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.le(&b)?;
     /// ```
+    #[track_caller]
     pub fn le(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("le");
         OP.call(&[self, b], Attrs::new())
@@ -1441,6 +1496,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.gt(&b)?;
     /// ```
+    #[track_caller]
     pub fn gt(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("gt");
         OP.call(&[self, b], Attrs::new())
@@ -1457,6 +1513,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.ge(&b)?;
     /// ```
+    #[track_caller]
     pub fn ge(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("ge");
         OP.call(&[self, b], Attrs::new())
@@ -1473,6 +1530,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.logical_and(&b)?;
     /// ```
+    #[track_caller]
     pub fn logical_and(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("logical_and");
         OP.call(&[self, b], Attrs::new())
@@ -1489,6 +1547,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.logical_or(&b)?;
     /// ```
+    #[track_caller]
     pub fn logical_or(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("logical_or");
         OP.call(&[self, b], Attrs::new())
@@ -1505,6 +1564,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.logical_xor(&b)?;
     /// ```
+    #[track_caller]
     pub fn logical_xor(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("logical_xor");
         OP.call(&[self, b], Attrs::new())
@@ -1521,6 +1581,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.logical_not()?;
     /// ```
+    #[track_caller]
     pub fn logical_not(&self) -> Result<Tensor> {
         static OP: Op = Op::new("logical_not");
         OP.call(&[self], Attrs::new())
@@ -1537,6 +1598,7 @@ impl Tensor {
     /// ```ignore
     /// let out = condition.where_(&a, &b)?;
     /// ```
+    #[track_caller]
     pub fn where_(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("where");
         OP.call(&[self, a, b], Attrs::new())
@@ -1555,6 +1617,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.clamp()?;
     /// ```
+    #[track_caller]
     pub fn clamp(&self) -> Result<Tensor> {
         self.clamp_with(ClampOptions::new())
     }
@@ -1571,6 +1634,7 @@ impl Tensor {
     /// let options = ClampOptions::new().min(min);
     /// let out = x.clamp_with(options)?;
     /// ```
+    #[track_caller]
     pub fn clamp_with(&self, options: ClampOptions) -> Result<Tensor> {
         static OP: Op = Op::new("clamp");
         OP.call(&[self], options.attrs())
@@ -1635,6 +1699,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.cast(dtype)?;
     /// ```
+    #[track_caller]
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         static OP: Op = Op::new("cast");
         OP.call(&[self], Attrs::new().dtype("dtype", dtype))
@@ -1653,6 +1718,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.sum()?;
     /// ```
+    #[track_caller]
     pub fn sum(&self) -> Result<Tensor> {
         self.sum_with(SumOptions::new())
     }
@@ -1669,6 +1735,7 @@ impl Tensor {
     /// let options = SumOptions::new().dims(dims);
     /// let out = x.sum_with(options)?;
     /// ```
+    #[track_caller]
     pub fn sum_with(&self, options: SumOptions) -> Result<Tensor> {
         static OP: Op = Op::new("sum");
         OP.call(&[self], options.attrs())
@@ -1735,6 +1802,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.prod()?;
     /// ```
+    #[track_caller]
     pub fn prod(&self) -> Result<Tensor> {
         self.prod_with(ProdOptions::new())
     }
@@ -1751,6 +1819,7 @@ impl Tensor {
     /// let options = ProdOptions::new().dims(dims);
     /// let out = x.prod_with(options)?;
     /// ```
+    #[track_caller]
     pub fn prod_with(&self, options: ProdOptions) -> Result<Tensor> {
         static OP: Op = Op::new("prod");
         OP.call(&[self], options.attrs())
@@ -1817,6 +1886,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.mean()?;
     /// ```
+    #[track_caller]
     pub fn mean(&self) -> Result<Tensor> {
         self.mean_with(MeanOptions::new())
     }
@@ -1833,6 +1903,7 @@ impl Tensor {
     /// let options = MeanOptions::new().dims(dims);
     /// let out = x.mean_with(options)?;
     /// ```
+    #[track_caller]
     pub fn mean_with(&self, options: MeanOptions) -> Result<Tensor> {
         static OP: Op = Op::new("mean");
         OP.call(&[self], options.attrs())
@@ -1899,6 +1970,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.var()?;
     /// ```
+    #[track_caller]
     pub fn var(&self) -> Result<Tensor> {
         self.var_with(VarOptions::new())
     }
@@ -1915,6 +1987,7 @@ impl Tensor {
     /// let options = VarOptions::new().dims(dims);
     /// let out = x.var_with(options)?;
     /// ```
+    #[track_caller]
     pub fn var_with(&self, options: VarOptions) -> Result<Tensor> {
         static OP: Op = Op::new("var");
         OP.call(&[self], options.attrs())
@@ -1992,6 +2065,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.std()?;
     /// ```
+    #[track_caller]
     pub fn std(&self) -> Result<Tensor> {
         self.std_with(StdOptions::new())
     }
@@ -2008,6 +2082,7 @@ impl Tensor {
     /// let options = StdOptions::new().dims(dims);
     /// let out = x.std_with(options)?;
     /// ```
+    #[track_caller]
     pub fn std_with(&self, options: StdOptions) -> Result<Tensor> {
         static OP: Op = Op::new("std");
         OP.call(&[self], options.attrs())
@@ -2085,6 +2160,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.max()?;
     /// ```
+    #[track_caller]
     pub fn max(&self) -> Result<Tensor> {
         self.max_with(MaxOptions::new())
     }
@@ -2101,6 +2177,7 @@ impl Tensor {
     /// let options = MaxOptions::new().dims(dims);
     /// let out = x.max_with(options)?;
     /// ```
+    #[track_caller]
     pub fn max_with(&self, options: MaxOptions) -> Result<Tensor> {
         static OP: Op = Op::new("max");
         OP.call(&[self], options.attrs())
@@ -2167,6 +2244,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.min()?;
     /// ```
+    #[track_caller]
     pub fn min(&self) -> Result<Tensor> {
         self.min_with(MinOptions::new())
     }
@@ -2183,6 +2261,7 @@ impl Tensor {
     /// let options = MinOptions::new().dims(dims);
     /// let out = x.min_with(options)?;
     /// ```
+    #[track_caller]
     pub fn min_with(&self, options: MinOptions) -> Result<Tensor> {
         static OP: Op = Op::new("min");
         OP.call(&[self], options.attrs())
@@ -2249,6 +2328,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.argmax()?;
     /// ```
+    #[track_caller]
     pub fn argmax(&self) -> Result<Tensor> {
         self.argmax_with(ArgmaxOptions::new())
     }
@@ -2265,6 +2345,7 @@ impl Tensor {
     /// let options = ArgmaxOptions::new().dim(dim);
     /// let out = x.argmax_with(options)?;
     /// ```
+    #[track_caller]
     pub fn argmax_with(&self, options: ArgmaxOptions) -> Result<Tensor> {
         static OP: Op = Op::new("argmax");
         OP.call(&[self], options.attrs())
@@ -2331,6 +2412,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.argmin()?;
     /// ```
+    #[track_caller]
     pub fn argmin(&self) -> Result<Tensor> {
         self.argmin_with(ArgminOptions::new())
     }
@@ -2347,6 +2429,7 @@ impl Tensor {
     /// let options = ArgminOptions::new().dim(dim);
     /// let out = x.argmin_with(options)?;
     /// ```
+    #[track_caller]
     pub fn argmin_with(&self, options: ArgminOptions) -> Result<Tensor> {
         static OP: Op = Op::new("argmin");
         OP.call(&[self], options.attrs())
@@ -2411,6 +2494,7 @@ impl Tensor {
     /// ```ignore
     /// let out = a.matmul(&b)?;
     /// ```
+    #[track_caller]
     pub fn matmul(&self, b: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("matmul");
         OP.call(&[self, b], Attrs::new())
@@ -2429,6 +2513,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.softmax()?;
     /// ```
+    #[track_caller]
     pub fn softmax(&self) -> Result<Tensor> {
         self.softmax_with(SoftmaxOptions::new())
     }
@@ -2445,6 +2530,7 @@ impl Tensor {
     /// let options = SoftmaxOptions::new().dim(dim);
     /// let out = x.softmax_with(options)?;
     /// ```
+    #[track_caller]
     pub fn softmax_with(&self, options: SoftmaxOptions) -> Result<Tensor> {
         static OP: Op = Op::new("softmax");
         OP.call(&[self], options.attrs())
@@ -2500,6 +2586,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.log_softmax()?;
     /// ```
+    #[track_caller]
     pub fn log_softmax(&self) -> Result<Tensor> {
         self.log_softmax_with(LogSoftmaxOptions::new())
     }
@@ -2516,6 +2603,7 @@ impl Tensor {
     /// let options = LogSoftmaxOptions::new().dim(dim);
     /// let out = x.log_softmax_with(options)?;
     /// ```
+    #[track_caller]
     pub fn log_softmax_with(&self, options: LogSoftmaxOptions) -> Result<Tensor> {
         static OP: Op = Op::new("log_softmax");
         OP.call(&[self], options.attrs())
@@ -2571,6 +2659,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.layer_norm(Some(&weight), Some(&bias))?;
     /// ```
+    #[track_caller]
     pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>) -> Result<Tensor> {
         self.layer_norm_with(weight, bias, LayerNormOptions::new())
     }
@@ -2587,6 +2676,7 @@ impl Tensor {
     /// let options = LayerNormOptions::new().normalized_shape(normalized_shape);
     /// let out = x.layer_norm_with(Some(&weight), Some(&bias), options)?;
     /// ```
+    #[track_caller]
     pub fn layer_norm_with(
         &self,
         weight: Option<&Tensor>,
@@ -2659,6 +2749,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.rms_norm(Some(&weight))?;
     /// ```
+    #[track_caller]
     pub fn rms_norm(&self, weight: Option<&Tensor>) -> Result<Tensor> {
         self.rms_norm_with(weight, RmsNormOptions::new())
     }
@@ -2675,6 +2766,7 @@ impl Tensor {
     /// let options = RmsNormOptions::new().normalized_shape(normalized_shape);
     /// let out = x.rms_norm_with(Some(&weight), options)?;
     /// ```
+    #[track_caller]
     pub fn rms_norm_with(
         &self,
         weight: Option<&Tensor>,
@@ -2746,6 +2838,7 @@ impl Tensor {
     /// ```ignore
     /// let out = logits.cross_entropy(&target)?;
     /// ```
+    #[track_caller]
     pub fn cross_entropy(&self, target: &Tensor) -> Result<Tensor> {
         self.cross_entropy_with(target, CrossEntropyOptions::new())
     }
@@ -2762,6 +2855,7 @@ impl Tensor {
     /// let options = CrossEntropyOptions::new().reduction(reduction);
     /// let out = logits.cross_entropy_with(&target, options)?;
     /// ```
+    #[track_caller]
     pub fn cross_entropy_with(
         &self,
         target: &Tensor,
@@ -2830,6 +2924,7 @@ impl Tensor {
     /// ```ignore
     /// let out = indices.embedding(&weight)?;
     /// ```
+    #[track_caller]
     pub fn embedding(&self, weight: &Tensor) -> Result<Tensor> {
         static OP: Op = Op::new("embedding");
         OP.call(&[self, weight], Attrs::new())
@@ -2848,6 +2943,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.index_select(&index)?;
     /// ```
+    #[track_caller]
     pub fn index_select(&self, index: &Tensor) -> Result<Tensor> {
         self.index_select_with(index, IndexSelectOptions::new())
     }
@@ -2864,6 +2960,7 @@ impl Tensor {
     /// let options = IndexSelectOptions::new().dim(dim);
     /// let out = x.index_select_with(&index, options)?;
     /// ```
+    #[track_caller]
     pub fn index_select_with(&self, index: &Tensor, options: IndexSelectOptions) -> Result<Tensor> {
         static OP: Op = Op::new("index_select");
         OP.call(&[self, index], options.attrs())
@@ -2919,6 +3016,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.gather(&index)?;
     /// ```
+    #[track_caller]
     pub fn gather(&self, index: &Tensor) -> Result<Tensor> {
         self.gather_with(index, GatherOptions::new())
     }
@@ -2935,6 +3033,7 @@ impl Tensor {
     /// let options = GatherOptions::new().dim(dim);
     /// let out = x.gather_with(&index, options)?;
     /// ```
+    #[track_caller]
     pub fn gather_with(&self, index: &Tensor, options: GatherOptions) -> Result<Tensor> {
         static OP: Op = Op::new("gather");
         OP.call(&[self, index], options.attrs())
@@ -2990,6 +3089,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.scatter_add(&index, &src)?;
     /// ```
+    #[track_caller]
     pub fn scatter_add(&self, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         self.scatter_add_with(index, src, ScatterAddOptions::new())
     }
@@ -3006,6 +3106,7 @@ impl Tensor {
     /// let options = ScatterAddOptions::new().dim(dim);
     /// let out = x.scatter_add_with(&index, &src, options)?;
     /// ```
+    #[track_caller]
     pub fn scatter_add_with(
         &self,
         index: &Tensor,
@@ -3065,6 +3166,7 @@ impl ScatterAddOptions {
 /// ```ignore
 /// let out = cat(&[&a, &b])?;
 /// ```
+#[track_caller]
 pub fn cat(tensors: &[&Tensor]) -> Result<Tensor> {
     cat_with(tensors, CatOptions::new())
 }
@@ -3081,6 +3183,7 @@ pub fn cat(tensors: &[&Tensor]) -> Result<Tensor> {
 /// let options = CatOptions::new().dim(dim);
 /// let out = cat_with(&[&a, &b], options)?;
 /// ```
+#[track_caller]
 pub fn cat_with(tensors: &[&Tensor], options: CatOptions) -> Result<Tensor> {
     static OP: Op = Op::new("cat");
     OP.call(tensors, options.attrs())
@@ -3134,6 +3237,7 @@ impl CatOptions {
 /// ```ignore
 /// let out = stack(&[&a, &b])?;
 /// ```
+#[track_caller]
 pub fn stack(tensors: &[&Tensor]) -> Result<Tensor> {
     stack_with(tensors, StackOptions::new())
 }
@@ -3150,6 +3254,7 @@ pub fn stack(tensors: &[&Tensor]) -> Result<Tensor> {
 /// let options = StackOptions::new().dim(dim);
 /// let out = stack_with(&[&a, &b], options)?;
 /// ```
+#[track_caller]
 pub fn stack_with(tensors: &[&Tensor], options: StackOptions) -> Result<Tensor> {
     static OP: Op = Op::new("stack");
     OP.call(tensors, options.attrs())
@@ -3204,6 +3309,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.pad(pad)?;
     /// ```
+    #[track_caller]
     pub fn pad(&self, pad: &[i64]) -> Result<Tensor> {
         self.pad_with(pad, PadOptions::new())
     }
@@ -3220,6 +3326,7 @@ impl Tensor {
     /// let options = PadOptions::new().value(value);
     /// let out = x.pad_with(pad, options)?;
     /// ```
+    #[track_caller]
     pub fn pad_with(&self, pad: &[i64], options: PadOptions) -> Result<Tensor> {
         static OP: Op = Op::new("pad");
         OP.call(&[self], options.attrs().ints("pad", pad))
@@ -3275,6 +3382,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.triu()?;
     /// ```
+    #[track_caller]
     pub fn triu(&self) -> Result<Tensor> {
         self.triu_with(TriuOptions::new())
     }
@@ -3291,6 +3399,7 @@ impl Tensor {
     /// let options = TriuOptions::new().diagonal(diagonal);
     /// let out = x.triu_with(options)?;
     /// ```
+    #[track_caller]
     pub fn triu_with(&self, options: TriuOptions) -> Result<Tensor> {
         static OP: Op = Op::new("triu");
         OP.call(&[self], options.attrs())
@@ -3346,6 +3455,7 @@ impl Tensor {
     /// ```ignore
     /// let out = x.tril()?;
     /// ```
+    #[track_caller]
     pub fn tril(&self) -> Result<Tensor> {
         self.tril_with(TrilOptions::new())
     }
@@ -3362,6 +3472,7 @@ impl Tensor {
     /// let options = TrilOptions::new().diagonal(diagonal);
     /// let out = x.tril_with(options)?;
     /// ```
+    #[track_caller]
     pub fn tril_with(&self, options: TrilOptions) -> Result<Tensor> {
         static OP: Op = Op::new("tril");
         OP.call(&[self], options.attrs())

@@ -51,11 +51,13 @@ pub trait Optimizer {
 }
 
 /// A 0-d tensor of `value` in `dtype` (0-d operands keep a tensor's dtype).
+#[track_caller]
 fn constant(value: f64, dtype: DType) -> Result<Tensor> {
     full_with(&[], value, FullOptions::new().dtype(dtype))
 }
 
 /// A 0-d tensor of `value` in `like`'s dtype.
+#[track_caller]
 fn scalar(value: f64, like: &Tensor) -> Result<Tensor> {
     constant(value, like.dtype())
 }
@@ -69,6 +71,7 @@ fn opmath_dtype(dtype: DType) -> DType {
 }
 
 /// `t` in the dtype its ops compute in.
+#[track_caller]
 fn widen(t: &Tensor) -> Result<Tensor> {
     let wide = opmath_dtype(t.dtype());
     if wide == t.dtype() {
@@ -79,6 +82,7 @@ fn widen(t: &Tensor) -> Result<Tensor> {
 }
 
 /// `t` rounded to `dtype` (itself when it already is).
+#[track_caller]
 fn narrow(t: Tensor, dtype: DType) -> Result<Tensor> {
     if t.dtype() == dtype {
         Ok(t)
@@ -88,24 +92,28 @@ fn narrow(t: Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 /// `t * value` as one of torch's ops: computed in the opmath dtype, rounded to `t`'s.
+#[track_caller]
 fn scale(t: &Tensor, value: f64) -> Result<Tensor> {
     let w = widen(t)?;
     narrow(w.mul(&scalar(value, &w)?)?, t.dtype())
 }
 
 /// `t * s` for a 0-d f64 tensor `s` (a step-dependent number), as [`scale`] does.
+#[track_caller]
 fn scale_by(t: &Tensor, s: &Tensor) -> Result<Tensor> {
     let w = widen(t)?;
     narrow(w.mul(&s.cast(w.dtype())?)?, t.dtype())
 }
 
 /// `a + alpha * b` as one of torch's ops (`add(b, alpha=...)`).
+#[track_caller]
 fn add_scaled(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
     let (wa, wb) = (widen(a)?, widen(b)?);
     narrow(wa.add(&wb.mul(&scalar(alpha, &wb)?)?)?, a.dtype())
 }
 
 /// Checks that the parameters are leaves on one core.
+#[track_caller]
 fn check_params(params: &[&Tensor], who: &str) -> Result<()> {
     let Some(first) = params.first() else {
         return Err(Error::new(
@@ -135,11 +143,13 @@ fn check_params(params: &[&Tensor], who: &str) -> Result<()> {
     Ok(())
 }
 
+#[track_caller]
 fn zero_all(params: &[&Tensor]) -> Result<()> {
     params.iter().try_for_each(|p| p.zero_grad())
 }
 
 /// Zeros shaped as `p`, in its dtype: a state tensor.
+#[track_caller]
 fn zeros_like(p: &Tensor) -> Result<Tensor> {
     zeros_with(&p.shape(), ZerosOptions::new().dtype(p.dtype()))
 }
@@ -161,6 +171,7 @@ impl Schedule {
         self.lr.nbytes() + self.counts.iter().map(Tensor::nbytes).sum::<i64>()
     }
 
+    #[track_caller]
     fn new(lr: f64, params: usize) -> Result<Schedule> {
         Ok(Schedule {
             lr: constant(lr, DType::F64)?,
@@ -172,6 +183,7 @@ impl Schedule {
         })
     }
 
+    #[track_caller]
     fn set_lr(&mut self, lr: f64) -> Result<()> {
         self.lr.set_data(&constant(lr, DType::F64)?)?;
         self.lr_value = lr;
@@ -179,6 +191,7 @@ impl Schedule {
     }
 
     /// Counts one more step for parameter `i` and returns its new count (a 0-d f64 tensor).
+    #[track_caller]
     fn advance(&mut self, i: usize) -> Result<Tensor> {
         let next = self.counts[i].add(&constant(1.0, DType::F64)?)?;
         self.counts[i].set_data(&next)?;
@@ -225,6 +238,7 @@ pub struct SGD<'a> {
 
 impl<'a> SGD<'a> {
     /// An optimizer over `params` (leaves on one core).
+    #[track_caller]
     pub fn new(params: Vec<&'a Tensor>, config: SGDConfig) -> Result<SGD<'a>> {
         check_params(&params, "SGD")?;
         if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
@@ -248,6 +262,7 @@ impl<'a> SGD<'a> {
 }
 
 impl Optimizer for SGD<'_> {
+    #[track_caller]
     fn step(&mut self) -> Result<()> {
         let c = self.config;
         self.schedule.steps += 1;
@@ -285,6 +300,7 @@ impl Optimizer for SGD<'_> {
         })
     }
 
+    #[track_caller]
     fn zero_grad(&mut self) -> Result<()> {
         zero_all(&self.params)
     }
@@ -293,6 +309,7 @@ impl Optimizer for SGD<'_> {
         self.schedule.lr_value
     }
 
+    #[track_caller]
     fn set_lr(&mut self, lr: f64) -> Result<()> {
         self.schedule.set_lr(lr)
     }
@@ -341,6 +358,7 @@ struct AdamState<'a> {
 }
 
 impl<'a> AdamState<'a> {
+    #[track_caller]
     fn new(
         params: Vec<&'a Tensor>,
         config: AdamConfig,
@@ -363,6 +381,7 @@ impl<'a> AdamState<'a> {
         })
     }
 
+    #[track_caller]
     fn step(&mut self) -> Result<()> {
         let c = self.config;
         let (b1, b2) = c.betas;
@@ -422,6 +441,7 @@ macro_rules! adam_optimizer {
 
         impl<'a> $name<'a> {
             /// An optimizer over `params` (leaves on one core).
+            #[track_caller]
             pub fn new(params: Vec<&'a Tensor>, config: AdamConfig) -> Result<$name<'a>> {
                 AdamState::new(params, config, $decoupled, $torch).map($name)
             }
@@ -433,10 +453,12 @@ macro_rules! adam_optimizer {
         }
 
         impl Optimizer for $name<'_> {
+            #[track_caller]
             fn step(&mut self) -> Result<()> {
                 self.0.step()
             }
 
+            #[track_caller]
             fn zero_grad(&mut self) -> Result<()> {
                 zero_all(&self.0.params)
             }
@@ -445,6 +467,7 @@ macro_rules! adam_optimizer {
                 self.0.schedule.lr_value
             }
 
+            #[track_caller]
             fn set_lr(&mut self, lr: f64) -> Result<()> {
                 self.0.schedule.set_lr(lr)
             }
@@ -470,6 +493,7 @@ pub fn adamw_defaults() -> AdamWConfig {
 
 /// Scales the parameters' gradients so that their total 2-norm is at most `max_norm`, as
 /// `torch.nn.utils.clip_grad_norm_`; returns the total norm before clipping, as a tensor.
+#[track_caller]
 pub fn clip_grad_norm_(params: &[&Tensor], max_norm: f64) -> Result<Tensor> {
     no_grad(|| {
         let grads: Vec<(&Tensor, Tensor)> = params
@@ -506,6 +530,7 @@ pub struct LrScheduler<F: Fn(u64) -> f64> {
 
 impl<F: Fn(u64) -> f64> LrScheduler<F> {
     /// A schedule for `optimizer`, whose current learning rate is the base.
+    #[track_caller]
     pub fn new(optimizer: &mut dyn Optimizer, factor: F) -> Result<LrScheduler<F>> {
         let base_lr = optimizer.lr();
         optimizer.set_lr(base_lr * factor(0))?;
@@ -517,6 +542,7 @@ impl<F: Fn(u64) -> f64> LrScheduler<F> {
     }
 
     /// Advances one step and sets the optimizer's learning rate for the next.
+    #[track_caller]
     pub fn step(&mut self, optimizer: &mut dyn Optimizer) -> Result<()> {
         self.steps += 1;
         optimizer.set_lr(self.base_lr * (self.factor)(self.steps))

@@ -169,6 +169,7 @@ pub fn print(stream: Stream, args: fmt::Arguments<'_>) {
 /// ```ignore
 /// neuronlab::display("text/markdown", b"**loss** fell to 0.12")?;
 /// ```
+#[track_caller]
 pub fn display(mime: &str, data: &[u8]) -> Result<()> {
     sys::display(mime, data)
 }
@@ -180,6 +181,7 @@ pub fn display(mime: &str, data: &[u8]) -> Result<()> {
 /// ```ignore
 /// neuronlab::display_html("<b>step 3</b>: loss 0.12")?;
 /// ```
+#[track_caller]
 pub fn display_html(html: &str) -> Result<()> {
     display("text/html", html.as_bytes())
 }
@@ -191,6 +193,7 @@ pub fn display_html(html: &str) -> Result<()> {
 /// ```ignore
 /// neuronlab::display_svg(r#"<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>"#)?;
 /// ```
+#[track_caller]
 pub fn display_svg(svg: &str) -> Result<()> {
     display("image/svg+xml", svg.as_bytes())
 }
@@ -210,18 +213,21 @@ pub trait Displayable {
 }
 
 impl<T: Displayable + ?Sized> Displayable for &T {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         (**self).show()
     }
 }
 
 impl Displayable for str {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         display("text/plain", self.as_bytes())
     }
 }
 
 impl Displayable for String {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         self.as_str().show()
     }
@@ -232,6 +238,7 @@ impl Displayable for String {
 pub struct Html<'a>(pub &'a str);
 
 impl Displayable for Html<'_> {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         display_html(self.0)
     }
@@ -242,18 +249,21 @@ impl Displayable for Html<'_> {
 pub struct Svg<'a>(pub &'a str);
 
 impl Displayable for Svg<'_> {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         display_svg(self.0)
     }
 }
 
 impl Displayable for crate::Tensor {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         self.display()
     }
 }
 
 impl Displayable for crate::plot::Plot {
+    #[track_caller]
     fn show(&self) -> Result<()> {
         crate::plot::Plot::show(self)
     }
@@ -296,12 +306,14 @@ impl DisplayHandle {
     }
 
     /// Shows `content` as a new display with this id.
+    #[track_caller]
     pub fn show<T: Displayable + ?Sized>(&self, content: &T) -> Result<()> {
         display(DISPLAY_ID_MIME, self.id.as_bytes())?;
         content.show()
     }
 
     /// Replaces what the displays with this id show by `content`.
+    #[track_caller]
     pub fn update<T: Displayable + ?Sized>(&self, content: &T) -> Result<()> {
         display(UPDATE_DISPLAY_MIME, self.id.as_bytes())?;
         content.show()
@@ -319,6 +331,7 @@ impl DisplayHandle {
 ///     neuronlab::println!("step {step}");
 /// }
 /// ```
+#[track_caller]
 pub fn clear_output(wait: bool) -> Result<()> {
     let data: &[u8] = if wait { b"wait" } else { b"" };
     display(CLEAR_OUTPUT_MIME, data)

@@ -152,6 +152,7 @@ impl Plot {
 
     /// Gives a heatmap the values of a 2-D tensor of any numeric dtype (a 1-D tensor is one
     /// row).
+    #[track_caller]
     pub fn tensor(self, t: &Tensor) -> Result<Plot> {
         let shape = t.shape();
         let (rows, cols) = match shape[..] {
@@ -173,6 +174,7 @@ impl Plot {
 
     /// Sends the plot to the cell: SVG in a notebook, text in the REPL. The host checks it and
     /// returns an [`ErrorKind::Invalid`] error saying what is wrong.
+    #[track_caller]
     pub fn show(&self) -> Result<()> {
         crate::display(PLOT_MIME, self.to_json().as_bytes())
     }

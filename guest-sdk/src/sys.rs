@@ -24,6 +24,14 @@ mod ffi {
         pub fn clock_ns() -> i64;
         pub fn args(ptr: *mut u8, cap: i32) -> i32;
         pub fn device_time_ns() -> i64;
+        pub fn fail(
+            name_ptr: *const u8,
+            name_len: i32,
+            msg_ptr: *const u8,
+            msg_len: i32,
+            at_ptr: *const u8,
+            at_len: i32,
+        ) -> i32;
 
         pub fn tensor_create(
             dtype: i32,
@@ -218,6 +226,7 @@ pub enum Stream {
 }
 
 /// A status as a result: `>= 0` is success, a negative value an error code.
+#[track_caller]
 fn check(status: i32) -> Result<i32> {
     if status >= 0 {
         Ok(status)
@@ -226,6 +235,7 @@ fn check(status: i32) -> Result<i32> {
     }
 }
 
+#[track_caller]
 fn check64(status: i64) -> Result<i64> {
     // Error codes are small negative numbers, so they fit an i32.
     if status >= 0 {
@@ -236,6 +246,7 @@ fn check64(status: i64) -> Result<i64> {
 }
 
 /// A slice length as the ABI's `i32`.
+#[track_caller]
 fn abi_len(len: usize, what: &str) -> Result<i32> {
     i32::try_from(len).map_err(|_| {
         Error::new(
@@ -247,6 +258,7 @@ fn abi_len(len: usize, what: &str) -> Result<i32> {
 
 /// Reads a variable-size byte result: asks its size with an empty buffer, then reads it.
 /// Returns the raw negative status on failure.
+#[track_caller]
 fn read_bytes(mut read: impl FnMut(*mut u8, i32) -> i32) -> std::result::Result<Vec<u8>, i32> {
     let mut buf = Vec::new();
     loop {
@@ -265,6 +277,7 @@ fn read_bytes(mut read: impl FnMut(*mut u8, i32) -> i32) -> std::result::Result<
 }
 
 /// The error for a negative status, with the host's message.
+#[track_caller]
 fn host_error(status: i32) -> Error {
     Error::new(ErrorKind::from_code(status), last_error())
 }
@@ -279,13 +292,34 @@ fn last_error() -> String {
 }
 
 /// Writes text to the cell's stdout or stderr.
+#[track_caller]
 pub(crate) fn print(stream: Stream, text: &str) -> Result<()> {
     let len = abi_len(text.len(), "the text")?;
     // SAFETY: the host reads `len` bytes at `ptr`, which `text` owns.
     check(unsafe { ffi::print(stream as i32, text.as_ptr(), len) }).map(drop)
 }
 
+/// Tells the host what the guest is about to stop with (the caller traps next).
+pub(crate) fn fail(name: &str, message: &str, at: &str) -> Result<()> {
+    let name_len = abi_len(name.len(), "the failure's name")?;
+    let message_len = abi_len(message.len(), "the failure's message")?;
+    let at_len = abi_len(at.len(), "the failure's location")?;
+    // SAFETY: the host reads each range, which `name`, `message` and `at` own.
+    let status = unsafe {
+        ffi::fail(
+            name.as_ptr(),
+            name_len,
+            message.as_ptr(),
+            message_len,
+            at.as_ptr(),
+            at_len,
+        )
+    };
+    check(status).map(drop)
+}
+
 /// Shows rich output of a MIME type.
+#[track_caller]
 pub(crate) fn display(mime: &str, data: &[u8]) -> Result<()> {
     let mime_len = abi_len(mime.len(), "the MIME type")?;
     let data_len = abi_len(data.len(), "the data")?;
@@ -306,6 +340,7 @@ pub(crate) fn device_time_ns() -> i64 {
 }
 
 /// A new tensor from dense row-major little-endian data; returns its handle.
+#[track_caller]
 pub(crate) fn tensor_create(dtype: i32, shape: &[i64], data: &[u8]) -> Result<u32> {
     let rank = abi_len(shape.len(), "the shape")?;
     let data_len = abi_len(data.len(), "the data")?;
@@ -317,18 +352,21 @@ pub(crate) fn tensor_create(dtype: i32, shape: &[i64], data: &[u8]) -> Result<u3
 }
 
 /// The dtype code of a tensor.
+#[track_caller]
 pub(crate) fn tensor_dtype(h: u32) -> Result<i32> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_dtype(h) })
 }
 
 /// The number of dims of a tensor.
+#[track_caller]
 pub(crate) fn tensor_rank(h: u32) -> Result<usize> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_rank(h) }).map(|r| r as usize)
 }
 
 /// The shape of a tensor.
+#[track_caller]
 pub(crate) fn tensor_shape(h: u32) -> Result<Vec<i64>> {
     // Most tensors have few dims: one call usually suffices.
     let mut dims = vec![0i64; 8];
@@ -345,18 +383,21 @@ pub(crate) fn tensor_shape(h: u32) -> Result<Vec<i64>> {
 }
 
 /// The number of elements of a tensor.
+#[track_caller]
 pub(crate) fn tensor_numel(h: u32) -> Result<i64> {
     // SAFETY: no memory is passed.
     check64(unsafe { ffi::tensor_numel(h) })
 }
 
 /// The size of a tensor's dense data in bytes.
+#[track_caller]
 pub(crate) fn tensor_nbytes(h: u32) -> Result<i64> {
     // SAFETY: no memory is passed.
     check64(unsafe { ffi::tensor_nbytes(h) })
 }
 
 /// A tensor's dense row-major little-endian data.
+#[track_caller]
 pub(crate) fn tensor_read(h: u32) -> Result<Vec<u8>> {
     let nbytes = tensor_nbytes(h)?;
     let len = usize::try_from(nbytes)
@@ -376,6 +417,7 @@ pub(crate) fn tensor_read(h: u32) -> Result<Vec<u8>> {
 }
 
 /// A tensor's numpy-style text, in full.
+#[track_caller]
 pub(crate) fn tensor_format(h: u32) -> Result<String> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::tensor_format(h, ptr, cap) })
@@ -384,30 +426,35 @@ pub(crate) fn tensor_format(h: u32) -> Result<String> {
 }
 
 /// Shows a tensor richly.
+#[track_caller]
 pub(crate) fn tensor_display(h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_display(h) }).map(drop)
 }
 
 /// The core a tensor lives on.
+#[track_caller]
 pub(crate) fn tensor_device(h: u32) -> Result<u32> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_device(h) }).map(|d| d as u32)
 }
 
 /// A new handle to the same tensor.
+#[track_caller]
 pub(crate) fn tensor_clone(h: u32) -> Result<u32> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_clone(h) }).map(|h| h as u32)
 }
 
 /// Frees a handle.
+#[track_caller]
 pub(crate) fn tensor_drop(h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tensor_drop(h) }).map(drop)
 }
 
 /// An op's id by name.
+#[track_caller]
 pub(crate) fn op_lookup(name: &str) -> Result<i32> {
     let len = abi_len(name.len(), "the op name")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
@@ -415,6 +462,7 @@ pub(crate) fn op_lookup(name: &str) -> Result<i32> {
 }
 
 /// Runs an op: writes the output handles to `outputs` and returns how many there are.
+#[track_caller]
 pub(crate) fn op_call(id: i32, inputs: &[u32], attrs: &[u8], outputs: &mut [u32]) -> Result<usize> {
     let n_inputs = abi_len(inputs.len(), "the inputs")?;
     let attrs_len = abi_len(attrs.len(), "the attributes")?;
@@ -435,6 +483,7 @@ pub(crate) fn op_call(id: i32, inputs: &[u32], attrs: &[u8], outputs: &mut [u32]
     Ok(n as usize)
 }
 
+#[track_caller]
 pub(crate) fn compile_fn(fn_index: i32, name: &str, attrs: &[u8]) -> Result<i32> {
     // SAFETY: both slices are valid for their lengths during the call.
     check(unsafe {
@@ -448,6 +497,7 @@ pub(crate) fn compile_fn(fn_index: i32, name: &str, attrs: &[u8]) -> Result<i32>
     })
 }
 
+#[track_caller]
 pub(crate) fn compile_call(f: i32, inputs: &[u32], outputs: &mut [u32]) -> Result<usize> {
     // SAFETY: `inputs` is readable and `outputs` writable for their lengths during the call.
     check(unsafe {
@@ -462,16 +512,19 @@ pub(crate) fn compile_call(f: i32, inputs: &[u32], outputs: &mut [u32]) -> Resul
     .map(|n| n as usize)
 }
 
+#[track_caller]
 pub(crate) fn compile_arg(i: i32) -> Result<u32> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::compile_arg(i) }).map(|h| h as u32)
 }
 
+#[track_caller]
 pub(crate) fn compile_result(h: u32) -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::compile_result(h) }).map(|_| ())
 }
 
+#[track_caller]
 pub(crate) fn compile_explain(f: i32) -> Result<String> {
     // SAFETY: a null pointer with capacity 0 asks only for the length.
     let len = check(unsafe { ffi::compile_explain(f, std::ptr::null_mut(), 0) })?;
@@ -481,6 +534,7 @@ pub(crate) fn compile_explain(f: i32) -> Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
+#[track_caller]
 pub(crate) fn compile_stats(f: i32) -> Result<[i64; 4]> {
     let mut out = [0i64; 4];
     // SAFETY: `out` is writable for the four `i64`s the import writes.
@@ -488,34 +542,40 @@ pub(crate) fn compile_stats(f: i32) -> Result<[i64; 4]> {
     Ok(out)
 }
 
+#[track_caller]
 pub(crate) fn lazy_begin() -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::lazy_begin() }).map(|_| ())
 }
 
+#[track_caller]
 pub(crate) fn lazy_sync() -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::lazy_sync() }).map(|_| ())
 }
 
+#[track_caller]
 pub(crate) fn lazy_end() -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::lazy_end() }).map(|_| ())
 }
 
 /// This instance's rank in the world.
+#[track_caller]
 pub(crate) fn dist_rank() -> Result<u32> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_rank() }).map(|r| r as u32)
 }
 
 /// The number of ranks in the world.
+#[track_caller]
 pub(crate) fn dist_world_size() -> Result<u32> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_world_size() }).map(|n| n as u32)
 }
 
 /// A new group of the given global ranks, in ring order; returns its handle.
+#[track_caller]
 pub(crate) fn dist_new_group(ranks: &[u32]) -> Result<u32> {
     let n = abi_len(ranks.len(), "the rank list")?;
     // SAFETY: the host reads `n` u32s at the pointer, which `ranks` owns.
@@ -523,18 +583,21 @@ pub(crate) fn dist_new_group(ranks: &[u32]) -> Result<u32> {
 }
 
 /// The number of ranks in a group.
+#[track_caller]
 pub(crate) fn dist_group_size(group: u32) -> Result<usize> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_group_size(group) }).map(|n| n as usize)
 }
 
 /// This rank's position in a group.
+#[track_caller]
 pub(crate) fn dist_group_rank(group: u32) -> Result<usize> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_group_rank(group) }).map(|r| r as usize)
 }
 
 /// Runs the collective `op` on tensor `h` over `group`; returns the result's handle.
+#[track_caller]
 pub(crate) fn dist_collective(op: &str, group: u32, h: u32, attrs: &[u8]) -> Result<u32> {
     let op_len = abi_len(op.len(), "the collective's name")?;
     let attrs_len = abi_len(attrs.len(), "the attributes")?;
@@ -544,12 +607,14 @@ pub(crate) fn dist_collective(op: &str, group: u32, h: u32, attrs: &[u8]) -> Res
 }
 
 /// Waits until every rank of `group` has reached the barrier.
+#[track_caller]
 pub(crate) fn dist_barrier(group: u32) -> Result<()> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_barrier(group) }).map(drop)
 }
 
 /// A new device mesh of `shape` with comma-separated dim `names`; returns its handle.
+#[track_caller]
 pub(crate) fn dist_mesh_new(shape: &[i64], names: &str) -> Result<u32> {
     let ndim = abi_len(shape.len(), "the mesh shape")?;
     let names_len = abi_len(names.len(), "the mesh dim names")?;
@@ -559,6 +624,7 @@ pub(crate) fn dist_mesh_new(shape: &[i64], names: &str) -> Result<u32> {
 }
 
 /// This rank's group along the mesh dim `name`; returns its handle.
+#[track_caller]
 pub(crate) fn dist_mesh_group(mesh: u32, name: &str) -> Result<u32> {
     let len = abi_len(name.len(), "the mesh dim name")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
@@ -566,6 +632,7 @@ pub(crate) fn dist_mesh_group(mesh: u32, name: &str) -> Result<u32> {
 }
 
 /// This rank's coordinate along the mesh dim `name`.
+#[track_caller]
 pub(crate) fn dist_mesh_coord(mesh: u32, name: &str) -> Result<usize> {
     let len = abi_len(name.len(), "the mesh dim name")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
@@ -574,6 +641,7 @@ pub(crate) fn dist_mesh_coord(mesh: u32, name: &str) -> Result<usize> {
 
 /// Distributes the whole tensor `h` over `mesh` with `placements`; returns the distributed
 /// tensor's handle.
+#[track_caller]
 pub(crate) fn dist_distribute(mesh: u32, h: u32, placements: &str) -> Result<u32> {
     let len = abi_len(placements.len(), "the placements")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
@@ -582,6 +650,7 @@ pub(crate) fn dist_distribute(mesh: u32, h: u32, placements: &str) -> Result<u32
 
 /// Wraps this rank's local tensor `h` as a distributed tensor over `mesh` with `placements`;
 /// returns its handle.
+#[track_caller]
 pub(crate) fn dist_from_local(mesh: u32, h: u32, placements: &str) -> Result<u32> {
     let len = abi_len(placements.len(), "the placements")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
@@ -589,6 +658,7 @@ pub(crate) fn dist_from_local(mesh: u32, h: u32, placements: &str) -> Result<u32
 }
 
 /// A new distributed tensor with the target `placements`; returns its handle.
+#[track_caller]
 pub(crate) fn dist_redistribute(dt: u32, placements: &str) -> Result<u32> {
     let len = abi_len(placements.len(), "the placements")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `placements` owns.
@@ -596,18 +666,21 @@ pub(crate) fn dist_redistribute(dt: u32, placements: &str) -> Result<u32> {
 }
 
 /// The whole (replicated) tensor of a distributed tensor; returns its handle.
+#[track_caller]
 pub(crate) fn dist_full_tensor(dt: u32) -> Result<u32> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_full_tensor(dt) }).map(|h| h as u32)
 }
 
 /// This rank's local shard of a distributed tensor; returns its handle.
+#[track_caller]
 pub(crate) fn dist_to_local(dt: u32) -> Result<u32> {
     // SAFETY: a scalar-only import.
     check(unsafe { ffi::dist_to_local(dt) }).map(|h| h as u32)
 }
 
 /// The one-line description of a group, mesh or distributed tensor, in full.
+#[track_caller]
 pub(crate) fn dist_describe(h: u32) -> Result<String> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     read_bytes(|ptr, cap| unsafe { ffi::dist_describe(h, ptr, cap) })
@@ -616,6 +689,7 @@ pub(crate) fn dist_describe(h: u32) -> Result<String> {
 }
 
 /// Makes the session variable `name` refer to tensor `h` (the handle stays the guest's).
+#[track_caller]
 pub(crate) fn var_set_tensor(name: &str, h: u32) -> Result<()> {
     let len = abi_len(name.len(), "the variable name")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
@@ -623,6 +697,7 @@ pub(crate) fn var_set_tensor(name: &str, h: u32) -> Result<()> {
 }
 
 /// A new handle to the tensor of the session variable `name`.
+#[track_caller]
 pub(crate) fn var_get_tensor(name: &str) -> Result<u32> {
     let len = abi_len(name.len(), "the variable name")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `name` owns.
@@ -631,6 +706,7 @@ pub(crate) fn var_get_tensor(name: &str) -> Result<u32> {
 
 /// Sets the session variable `name` to a value of `kind` (1: a plain value with the payload
 /// `<type>\n<text>`; 0: a value local to its cell, with its type name as the payload).
+#[track_caller]
 pub(crate) fn var_set_value(name: &str, kind: i32, payload: &str) -> Result<()> {
     let name_len = abi_len(name.len(), "the variable name")?;
     let len = abi_len(payload.len(), "the value")?;
@@ -640,6 +716,7 @@ pub(crate) fn var_set_value(name: &str, kind: i32, payload: &str) -> Result<()> 
 }
 
 /// The payload `<type>\n<text>` of the plain session variable `name`, in full.
+#[track_caller]
 pub(crate) fn var_get_value(name: &str) -> Result<String> {
     let name_len = abi_len(name.len(), "the variable name")?;
     // SAFETY: the host reads `name_len` bytes at the name pointer, which `name` owns, and
@@ -650,36 +727,42 @@ pub(crate) fn var_get_value(name: &str) -> Result<String> {
 }
 
 /// Marks the tensor behind `h` as a leaf that requires a gradient.
+#[track_caller]
 pub(crate) fn grad_requires(h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_requires(h) }).map(drop)
 }
 
 /// True when the tensor requires a gradient.
+#[track_caller]
 pub(crate) fn grad_is_required(h: u32) -> Result<bool> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_is_required(h) }).map(|r| r != 0)
 }
 
 /// Backward from `h`, with its gradient `grad_h` (0: implicitly 1).
+#[track_caller]
 pub(crate) fn grad_backward(h: u32, grad_h: u32, retain_graph: bool) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_backward(h, grad_h, retain_graph as i32) }).map(drop)
 }
 
 /// The leaf's gradient handle, if it has one.
+#[track_caller]
 pub(crate) fn grad_get(h: u32) -> Result<Option<u32>> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_get(h) }).map(|g| (g != 0).then_some(g as u32))
 }
 
 /// Sets the leaf's gradient (0: clears it).
+#[track_caller]
 pub(crate) fn grad_set(h: u32, grad_h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_set(h, grad_h) }).map(drop)
 }
 
 /// A new handle to the same data outside the graph.
+#[track_caller]
 pub(crate) fn grad_detach(h: u32) -> Result<u32> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_detach(h) }).map(|g| g as u32)
@@ -692,6 +775,7 @@ pub(crate) fn grad_set_enabled(enabled: bool) -> bool {
 }
 
 /// The gradients of `outputs` (with `grads`, 0 for implicit) with respect to `inputs`.
+#[track_caller]
 pub(crate) fn grad_compute(
     outputs: &[u32],
     grads: &[u32],
@@ -719,6 +803,7 @@ pub(crate) fn grad_compute(
 }
 
 /// Replaces `h`'s data with `data_h`'s, keeping its leaf.
+#[track_caller]
 pub(crate) fn grad_assign(h: u32, data_h: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::grad_assign(h, data_h) }).map(drop)
@@ -726,6 +811,7 @@ pub(crate) fn grad_assign(h: u32, data_h: u32) -> Result<()> {
 
 /// A string list as ABI.md encodes it, at the start of `bytes`: a `u32` count, then each
 /// string as a `u32` length and its UTF-8 bytes. Returns the strings and the bytes after.
+#[track_caller]
 pub(crate) fn decode_strings<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<String>, &'a [u8])> {
     let bad = || {
         Error::new(
@@ -753,6 +839,7 @@ pub(crate) fn decode_strings<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<Str
 }
 
 /// The size in bytes of the file at the guest path `path`.
+#[track_caller]
 pub(crate) fn fs_size(path: &str) -> Result<u64> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
@@ -760,6 +847,7 @@ pub(crate) fn fs_size(path: &str) -> Result<u64> {
 }
 
 /// Reads up to `buf.len()` bytes of the file from byte `offset` into `buf`; how many it read.
+#[track_caller]
 pub(crate) fn fs_read(path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
     let len = abi_len(path.len(), "the path")?;
     let cap = abi_len(buf.len(), "the buffer")?;
@@ -771,6 +859,7 @@ pub(crate) fn fs_read(path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> 
 }
 
 /// Writes `data` to the file, replacing its contents or after them (`append`).
+#[track_caller]
 pub(crate) fn fs_write(path: &str, data: &[u8], append: bool) -> Result<()> {
     let len = abi_len(path.len(), "the path")?;
     let data_len = abi_len(data.len(), "the data")?;
@@ -780,6 +869,7 @@ pub(crate) fn fs_write(path: &str, data: &[u8], append: bool) -> Result<()> {
 }
 
 /// The entries of the folder at `path` (the grants for the empty path).
+#[track_caller]
 pub(crate) fn fs_list(path: &str) -> Result<Vec<String>> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes at `ptr`,
@@ -790,6 +880,7 @@ pub(crate) fn fs_list(path: &str) -> Result<Vec<String>> {
 }
 
 /// Makes the folder at `path`.
+#[track_caller]
 pub(crate) fn fs_mkdir(path: &str) -> Result<()> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
@@ -797,6 +888,7 @@ pub(crate) fn fs_mkdir(path: &str) -> Result<()> {
 }
 
 /// The run's arguments: what follows `--` on `neuronlab run`.
+#[track_caller]
 pub(crate) fn args() -> Result<Vec<String>> {
     // SAFETY: the host writes at most `cap` bytes at `ptr`, which `read_bytes` owns.
     let bytes = read_bytes(|ptr, cap| unsafe { ffi::args(ptr, cap) }).map_err(host_error)?;
@@ -814,6 +906,7 @@ pub(crate) fn encode_strings<S: AsRef<str>>(strings: &[S], out: &mut Vec<u8>) {
 }
 
 /// The tensor names and the metadata (key, value, ...) of the checkpoint at `path`.
+#[track_caller]
 pub(crate) fn ckpt_info(path: &str) -> Result<(Vec<String>, Vec<String>)> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes of `path` and writes at most `cap` bytes at `ptr`,
@@ -827,6 +920,7 @@ pub(crate) fn ckpt_info(path: &str) -> Result<(Vec<String>, Vec<String>)> {
 
 /// Loads the checkpoint at `path` into `handles` (at least as many as it holds); returns
 /// how many it wrote.
+#[track_caller]
 pub(crate) fn ckpt_load(path: &str, handles: &mut [u32]) -> Result<usize> {
     let len = abi_len(path.len(), "the path")?;
     let max = abi_len(handles.len(), "the handle buffer")?;
@@ -838,6 +932,7 @@ pub(crate) fn ckpt_load(path: &str, handles: &mut [u32]) -> Result<usize> {
 
 /// Saves the tensors `handles`, named by the encoded `names` (names, then metadata pairs);
 /// returns the number of files written.
+#[track_caller]
 pub(crate) fn ckpt_save(
     path: &str,
     names: &[u8],
@@ -864,6 +959,7 @@ pub(crate) fn ckpt_save(
 }
 
 /// A tokenizer handle for the `tokenizer.json` at the guest path `path`.
+#[track_caller]
 pub(crate) fn tok_load(path: &str) -> Result<u32> {
     let len = abi_len(path.len(), "the path")?;
     // SAFETY: the host reads `len` bytes at the pointer, which `path` owns.
@@ -871,6 +967,7 @@ pub(crate) fn tok_load(path: &str) -> Result<u32> {
 }
 
 /// The ids `text` encodes to.
+#[track_caller]
 pub(crate) fn tok_encode(t: u32, text: &str, add_special_tokens: bool) -> Result<Vec<i64>> {
     let len = abi_len(text.len(), "the text")?;
     // Text mostly encodes to fewer ids than half its bytes; else a second call, with room for
@@ -899,6 +996,7 @@ pub(crate) fn tok_encode(t: u32, text: &str, add_special_tokens: bool) -> Result
 }
 
 /// The text `ids` decode to.
+#[track_caller]
 pub(crate) fn tok_decode(t: u32, ids: &[i64], skip_special_tokens: bool) -> Result<String> {
     let n = abi_len(ids.len(), "the ids")?;
     // SAFETY: the host reads `n` i64s of `ids` and writes at most `cap` bytes at `ptr`, which
@@ -916,6 +1014,7 @@ pub(crate) fn tok_decode(t: u32, ids: &[i64], skip_special_tokens: bool) -> Resu
 }
 
 /// The id of `token`, if the vocabulary has it.
+#[track_caller]
 pub(crate) fn tok_token_to_id(t: u32, token: &str) -> Result<Option<i64>> {
     let len = abi_len(token.len(), "the token")?;
     let mut id = 0i64;
@@ -925,12 +1024,14 @@ pub(crate) fn tok_token_to_id(t: u32, token: &str) -> Result<Option<i64>> {
 }
 
 /// The vocabulary's size, added tokens included.
+#[track_caller]
 pub(crate) fn tok_vocab_size(t: u32) -> Result<usize> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tok_vocab_size(t) }).map(|n| n as usize)
 }
 
 /// Frees a tokenizer handle.
+#[track_caller]
 pub(crate) fn tok_free(t: u32) -> Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { ffi::tok_free(t) }).map(drop)

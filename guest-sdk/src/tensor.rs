@@ -146,6 +146,7 @@ impl Tensor {
     /// let x = neuronlab::arange(4.0)?; // i64, as all of start, end and step are integral
     /// assert_eq!(x.to_vec::<i64>()?, [0, 1, 2, 3]);
     /// ```
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let dtype = self.dtype();
         if dtype != T::DTYPE {
@@ -173,6 +174,7 @@ impl Tensor {
     /// let total = neuronlab::ones(&[2, 3])?.sum()?.item::<f32>()?;
     /// assert_eq!(total, 6.0);
     /// ```
+    #[track_caller]
     pub fn item<T: Element>(&self) -> Result<T> {
         let numel = self.numel();
         if numel != 1 {
@@ -195,6 +197,7 @@ impl Tensor {
     /// ```ignore
     /// neuronlab::randn(&[4, 4])?.display()?;
     /// ```
+    #[track_caller]
     pub fn display(&self) -> Result<()> {
         sys::tensor_display(self.handle)
     }
@@ -207,6 +210,7 @@ impl Tensor {
     /// ```ignore
     /// let y = x.try_clone()?;
     /// ```
+    #[track_caller]
     pub fn try_clone(&self) -> Result<Tensor> {
         sys::tensor_clone(self.handle).map(Tensor::from_handle)
     }
@@ -233,6 +237,7 @@ fn live<T>(result: Result<T>) -> T {
 /// let mask = neuronlab::from_slice(&[true, false], &[2])?;
 /// let scalar = neuronlab::from_slice(&[7i64], &[])?;
 /// ```
+#[track_caller]
 pub fn from_slice<T: Element>(data: &[T], shape: &[i64]) -> Result<Tensor> {
     let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
     for &v in data {

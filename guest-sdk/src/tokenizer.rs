@@ -41,6 +41,7 @@ impl Tokenizer {
     /// valid `tokenizer.json` (the message has the library's reason),
     /// [`ErrorKind::Memory`](crate::ErrorKind::Memory) when the file is larger than a
     /// tokenizer may be (100 MiB) or than what is left of the host memory cap.
+    #[track_caller]
     pub fn from_file(path: &str) -> Result<Tokenizer> {
         Ok(Tokenizer {
             handle: sys::tok_load(path)?,
@@ -56,6 +57,7 @@ impl Tokenizer {
     /// [`ErrorKind::Memory`](crate::ErrorKind::Memory) for more than 16 MiB of text (encode
     /// it in pieces), [`ErrorKind::Invalid`](crate::ErrorKind::Invalid) when the library
     /// cannot encode it.
+    #[track_caller]
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<i64>> {
         sys::tok_encode(self.handle, text, add_special_tokens)
     }
@@ -67,18 +69,21 @@ impl Tokenizer {
     ///
     /// [`ErrorKind::Invalid`](crate::ErrorKind::Invalid) for an id outside the vocabulary
     /// (the message names it), or more than 4,194,304 ids.
+    #[track_caller]
     pub fn decode(&self, ids: &[i64], skip_special_tokens: bool) -> Result<String> {
         sys::tok_decode(self.handle, ids, skip_special_tokens)
     }
 
     /// The id of the token `token` (added and special tokens included, such as `</s>`), or
     /// `None` when the vocabulary has no such token.
+    #[track_caller]
     pub fn token_to_id(&self, token: &str) -> Result<Option<i64>> {
         sys::tok_token_to_id(self.handle, token)
     }
 
     /// The vocabulary's size, added tokens included: the rows an embedding table needs for
     /// every id this tokenizer gives.
+    #[track_caller]
     pub fn vocab_size(&self) -> Result<usize> {
         sys::tok_vocab_size(self.handle)
     }

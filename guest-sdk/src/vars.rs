@@ -59,6 +59,7 @@ use crate::tensor::Tensor;
 /// ```ignore
 /// neuronlab::vars::set_tensor("x", &neuronlab::ones(&[2, 2])?)?;
 /// ```
+#[track_caller]
 pub fn set_tensor(name: &str, t: &Tensor) -> Result<()> {
     sys::var_set_tensor(name, t.handle())
 }
@@ -75,6 +76,7 @@ pub fn set_tensor(name: &str, t: &Tensor) -> Result<()> {
 /// ```ignore
 /// let x = neuronlab::vars::tensor("x")?;
 /// ```
+#[track_caller]
 pub fn tensor(name: &str) -> Result<Tensor> {
     sys::var_get_tensor(name).map(Tensor::from_handle)
 }
@@ -93,6 +95,7 @@ pub fn tensor(name: &str) -> Result<Tensor> {
 /// neuronlab::vars::set_value("lr", &3e-4)?;
 /// neuronlab::vars::set_value("run_name", "baseline")?;
 /// ```
+#[track_caller]
 pub fn set_value<T: Display + ?Sized>(name: &str, value: &T) -> Result<()> {
     let ty = value_type_name(std::any::type_name::<T>());
     set_plain(name, &ty, &value.to_string())
@@ -111,6 +114,7 @@ pub fn set_value<T: Display + ?Sized>(name: &str, value: &T) -> Result<()> {
 /// let lr: f64 = neuronlab::vars::value("lr")?;
 /// let name = neuronlab::vars::value::<String>("run_name")?;
 /// ```
+#[track_caller]
 pub fn value<T: FromStr>(name: &str) -> Result<T> {
     let payload = sys::var_get_value(name)?;
     let (ty, text) = payload.split_once('\n').unwrap_or(("?", &payload));
@@ -136,6 +140,7 @@ pub use self::tensor as __restore_tensor;
 pub use self::value as __restore;
 
 /// Stores a plain value with an explicit type name.
+#[track_caller]
 fn set_plain(name: &str, ty: &str, text: &str) -> Result<()> {
     sys::var_set_value(name, 1, &format!("{ty}\n{text}"))
 }

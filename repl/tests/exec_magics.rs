@@ -630,9 +630,8 @@ fn failing_rust_cells_report_clearly_and_the_session_survives() {
             "let a = 1;\nlet y: i64 = \"a\";",
             "CompileError",
             &[
-                "error[E0308]: mismatched types",
-                "--> cell [{cell}], line 2:14",
-                "2 | let y: i64 = \"a\";",
+                "CompileError: mismatched types\n --> cell [{cell}], line 2:14",
+                "2 | let y: i64 = \"a\";\n  |        ^^^ expected due to this\n  |              ^^^ expected `i64`, found `&str`",
             ],
         ),
         rust_intact(),
@@ -652,19 +651,27 @@ fn failing_rust_cells_report_clearly_and_the_session_survives() {
             ],
         ),
         rust_intact(),
-        // Panics.
+        // Panics: one error, named Panic, at the user's line, without the panic machinery's
+        // frames.
         fails(
             "let z = 1;\npanic!(\"boom {}\", z);",
-            "GuestTrap",
-            &["GuestTrap: panicked at cell[{cell}]:2:1: boom 1"],
+            "Panic",
+            &["Panic: boom 1\n  at cell[{cell}]:2:1"],
+        ),
+        rust_intact(),
+        // `?` on a failed op: named after the op error, at the op's call.
+        fails(
+            "let a = neuronlab::ones(&[2, 3])?;\nlet b = a.matmul(&a)?;",
+            "OpError",
+            &["OpError: matmul(", "at cell[{cell}]:2:11", "before it stopped, the cell ran: 1 ops"],
         ),
         rust_intact(),
         // Traps: an index out of bounds, an abort.
         fails(
             "let v = vec![1, 2, 3];\nlet i = v.len() + n as usize;\nlet e = v[i];",
-            "GuestTrap",
+            "Panic",
             // rustc places an index panic at the `[` (column 10), as it does outside a cell.
-            &["GuestTrap: panicked at cell[{cell}]:3:10: index out of bounds: the len is 3 but the index is 44"],
+            &["Panic: index out of bounds: the len is 3 but the index is 44\n  at cell[{cell}]:3:10"],
         ),
         rust_intact(),
         fails(

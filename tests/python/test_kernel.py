@@ -120,8 +120,8 @@ class NeuronlabKernelTests(jupyter_kernel_test.KernelTests):
     incomplete_code_samples = ["fn f() {", "let v = vec![1,", "let s = \"open"]
     invalid_code_samples = ["let x = (1 + 2];", "fn f() { ) }"]
 
-    # A syntax error is reported before any build: exactly one output, the error.
-    code_generate_error = "let x = ;"
+    # A panic: exactly one output, the error (its message is not also on stderr).
+    code_generate_error = 'panic!("boom")'
     code_execute_result = [
         {"code": "1 + 2", "result": "3"},
         {"code": "6 * 7", "result": "42"},
@@ -222,6 +222,40 @@ def test_an_interrupt_stops_a_runaway_cell_and_keeps_state(kernel, cell, how):
     reply, outputs = run_cell(kc, "kept + 1")
     assert reply["status"] == "ok", outputs
     assert texts(outputs, "execute_result") == "42"
+
+
+@pytest.mark.parametrize(
+    "cell, ename, evalue, at",
+    [
+        ('let v = vec![1];\nlet x = v[3];', "Panic", "index out of bounds", r"cell\[\d+\]:2:9"),
+        # `?` on an op that fails: named after the op error, at the call's line, after ops ran.
+        (
+            "let a = neuronlab::randn(&[2, 3])?;\nlet b = neuronlab::randn(&[4])?;\nlet c = a.add(&b)?;",
+            "OpError",
+            "cannot be broadcast",
+            r"cell\[\d+\]:3:11",
+        ),
+        ('let y: i32 = "text";', "CompileError", "mismatched types", r"cell \[\d+\], line 1:14"),
+        ("let x = ;", "SyntaxError", "", r"cell \[\d+\], line 1"),
+    ],
+    ids=["panic", "op-error", "compile-error", "syntax-error"],
+)
+def test_a_failing_cell_has_one_output_named_after_its_cause(kernel, cell, ename, evalue, at):
+    _, kc = kernel
+    reply, messages = run_cell(kc, cell)
+    outputs = [m for m in messages if m["msg_type"] not in ("status", "execute_input")]
+    assert [m["msg_type"] for m in outputs] == ["error"], outputs
+    error = outputs[0]["content"]
+    assert reply["status"] == "error" and reply["ename"] == error["ename"] == ename, error
+    assert evalue in error["evalue"], error
+    traceback = "\n".join(error["traceback"])
+    assert re.search(at, traceback), traceback
+    # The report is the user's: no standard-library frames, no mangled names, and each
+    # compiler header once.
+    assert "rust_abort" not in traceback and "_RNv" not in traceback, traceback
+    assert traceback.count("mismatched types") <= 1, traceback
+    if ename == "OpError":
+        assert "before it stopped, the cell ran: 2 ops" in traceback, traceback
 
 
 def test_a_restart_gives_a_fresh_session_and_keeps_history(kernel):

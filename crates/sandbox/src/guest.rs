@@ -12,9 +12,10 @@ use wasmtime::{
 
 use super::abi::{self, context::GuestState};
 use super::cache::{ModuleCache, ModuleSource};
-use super::guest_error::{GuestError, GuestErrorKind};
+use super::guest_error::{frame_name, GuestError, GuestErrorKind};
 use super::guest_output::OutputSink;
 use super::limits::Limits;
+use crate::status::ErrorCode;
 use crate::Shared;
 use neuronlab_core::device::topology::CoreId;
 use neuronlab_core::events::EventKind;
@@ -25,7 +26,7 @@ use neuronlab_dist::{RankComm, World};
 /// The ABI major version this host speaks (guest-sdk/ABI.md).
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this host implements.
-pub const ABI_MINOR: u32 = 6;
+pub const ABI_MINOR: u32 = 7;
 
 /// How often the epoch advances; deadlines and interrupts are noticed within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -423,7 +424,7 @@ fn classify(e: wasmtime::Error, doing: &str, limits: &Limits) -> GuestError {
             bt.frames()
                 .iter()
                 .map(|f| match f.func_name() {
-                    Some(name) => name.to_string(),
+                    Some(name) => frame_name(name),
                     None => format!("<wasm function {}>", f.func_index()),
                 })
                 .collect()
@@ -477,6 +478,7 @@ fn classify(e: wasmtime::Error, doing: &str, limits: &Limits) -> GuestError {
         kind,
         message,
         backtrace,
+        reported: None,
     }
 }
 
@@ -493,6 +495,15 @@ impl Guest {
     /// A handle that stops this guest from another thread.
     pub fn interrupt_handle(&self) -> InterruptHandle {
         self.interrupt.clone()
+    }
+
+    /// The last error an import returned to the guest in its last call, with the message
+    /// `last_error` gives: what a raw status the guest returned stands for.
+    pub fn error_in_last_call(&self) -> Option<(ErrorCode, &str)> {
+        let state = self.store.data();
+        state
+            .error_in_call
+            .map(|code| (code, state.last_error.as_str()))
     }
 
     /// Number of tensor handles the guest holds.
@@ -544,6 +555,8 @@ impl Guest {
         let store = &mut self.store;
         store.data_mut().call_started = Instant::now();
         store.data_mut().wrote_stderr = false;
+        store.data_mut().reported = None;
+        store.data_mut().error_in_call = None;
         let limits = self.limits.clone();
         // The guest thread carries the interrupt flag as its cancel token, so every host op
         // the guest calls can be cancelled without setting a token per call.
@@ -563,6 +576,7 @@ impl Guest {
                 kind: GuestErrorKind::Deadline,
                 message: past_deadline(limits.deadline),
                 backtrace: e.backtrace,
+                reported: None,
             }),
             Ok(_) if enforced => Err(GuestError::new(
                 GuestErrorKind::Deadline,
@@ -570,8 +584,12 @@ impl Guest {
             )),
             other => other,
         };
+        let reported = self.store.data_mut().reported.take();
         let result = result.map_err(|mut e| {
-            if e.message == ABORTED && self.store.data().wrote_stderr {
+            if e.kind == GuestErrorKind::Trap {
+                e.reported = reported;
+            }
+            if e.message == ABORTED && e.reported.is_none() && self.store.data().wrote_stderr {
                 e.message.push_str(
                     "; a Rust guest panicked or returned an error: its message is on stderr above",
                 );
@@ -590,7 +608,7 @@ impl Guest {
         use GuestErrorKind::*;
         if matches!(e.kind, Trap | Interrupted | Deadline | ResourceLimit) {
             let state = self.store.data();
-            let message = format!("{} in {}: {}", e.kind.name(), self.name, e.message);
+            let message = format!("{} in {}: {}", e.name(), self.name, e.summary());
             state
                 .runtime
                 .bus()

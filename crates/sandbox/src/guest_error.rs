@@ -1,6 +1,8 @@
-//! [`GuestError`]: everything that can stop a guest, with the trap kind and wasm backtrace.
+//! [`GuestError`]: everything that can stop a guest, with the trap kind, what the guest said
+//! stopped it, and the wasm backtrace.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 /// Most distinct frames a printed backtrace shows.
 const MAX_FRAMES: usize = 24;
@@ -55,9 +57,23 @@ pub struct GuestError {
     pub kind: GuestErrorKind,
     /// What happened and what to do about it.
     pub message: String,
-    /// The wasm call stack at a trap, innermost first (function names where the module has
-    /// a name section).
+    /// The wasm call stack at a trap, innermost first: function names (Rust's demangled)
+    /// where the module has a name section.
     pub backtrace: Vec<String>,
+    /// What the guest reported through `fail` before it trapped: its panic, or the error its
+    /// entry point returned. It names the failure better than the trap does.
+    pub reported: Option<Box<Reported>>,
+}
+
+/// What a guest said stopped it (the `fail` import), just before it trapped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reported {
+    /// The failure's name: `Panic`, or the kind of the error returned (`OpError`, ...).
+    pub name: String,
+    /// What happened.
+    pub message: String,
+    /// Where, as `FILE:LINE:COLUMN` in the guest's sources, when the guest knew.
+    pub location: Option<String>,
 }
 
 impl GuestError {
@@ -67,33 +83,119 @@ impl GuestError {
             kind,
             message: message.into(),
             backtrace: Vec::new(),
+            reported: None,
         }
     }
+
+    /// The failure's name: the one the guest reported, else the kind's.
+    pub fn name(&self) -> &str {
+        match &self.reported {
+            Some(r) => &r.name,
+            None => self.kind.name(),
+        }
+    }
+
+    /// What happened: the reported message, else the host's.
+    pub fn summary(&self) -> &str {
+        match &self.reported {
+            Some(r) => &r.message,
+            None => &self.message,
+        }
+    }
+
+    /// The backtrace as printed: everything when `NEURONLAB_BACKTRACE=full`; otherwise
+    /// nothing after a reported failure (it says where), and for a trap only the guest's own
+    /// frames, without the standard library's and the SDK's (all of them when none is the
+    /// guest's own). Runs of one frame (deep recursion) print once with a count.
+    pub fn shown_backtrace(&self) -> Vec<String> {
+        let full = full_backtrace_wanted();
+        let frames: Vec<&str> = if full {
+            self.backtrace.iter().map(String::as_str).collect()
+        } else if self.reported.is_some() {
+            Vec::new()
+        } else {
+            let own: Vec<&str> = self
+                .backtrace
+                .iter()
+                .map(String::as_str)
+                .filter(|f| !is_runtime_frame(f))
+                .collect();
+            match own.is_empty() {
+                true => self.backtrace.iter().map(String::as_str).collect(),
+                false => own,
+            }
+        };
+        let mut runs: Vec<(&str, usize)> = Vec::new();
+        for frame in frames {
+            match runs.last_mut() {
+                Some((name, n)) if *name == frame => *n += 1,
+                _ => runs.push((frame, 1)),
+            }
+        }
+        let mut lines: Vec<String> = runs
+            .iter()
+            .take(MAX_FRAMES)
+            .enumerate()
+            .map(|(i, (frame, n))| match n {
+                1 => format!("{i:>2}: {frame}"),
+                n => format!("{i:>2}: {frame} (x{n})"),
+            })
+            .collect();
+        if runs.len() > MAX_FRAMES {
+            lines.push(format!("... {} more frames", runs.len() - MAX_FRAMES));
+        }
+        let hidden = self.backtrace.len() - runs.iter().map(|(_, n)| n).sum::<usize>();
+        if !full && hidden > 0 && !lines.is_empty() {
+            lines.push(format!(
+                "({hidden} frames of the standard library and the SDK hidden; \
+                 NEURONLAB_BACKTRACE=full shows them)"
+            ));
+        }
+        lines
+    }
+}
+
+/// Whether `NEURONLAB_BACKTRACE=full` asks for whole backtraces.
+fn full_backtrace_wanted() -> bool {
+    static FULL: OnceLock<bool> = OnceLock::new();
+    *FULL.get_or_init(|| std::env::var("NEURONLAB_BACKTRACE").is_ok_and(|v| v == "full"))
+}
+
+/// Whether a demangled frame belongs to Rust's standard library, its allocator or the
+/// neuronlab SDK rather than to the guest's own code.
+fn is_runtime_frame(frame: &str) -> bool {
+    const RUNTIME: [&str; 7] = [
+        "std::",
+        "core::",
+        "alloc::",
+        "__rustc::",
+        "dlmalloc::",
+        "neuronlab::",
+        "rust_begin_unwind",
+    ];
+    // Trait impls print as `<Type as Trait>::method`: what decides is the type's crate.
+    let path = frame.trim_start_matches('<');
+    RUNTIME.iter().any(|p| path.starts_with(p)) || path.starts_with("__rust")
+}
+
+/// A frame's function name as a person reads it: Rust's mangled names demangled without
+/// their hash.
+pub(crate) fn frame_name(raw: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(raw))
 }
 
 impl fmt::Display for GuestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.name(), self.message)?;
-        if self.backtrace.is_empty() {
-            return Ok(());
+        write!(f, "{}: {}", self.name(), self.summary())?;
+        if let Some(at) = self.reported.as_ref().and_then(|r| r.location.as_ref()) {
+            write!(f, "\n  at {at}")?;
         }
-        write!(f, "\nwasm backtrace:")?;
-        // Runs of one frame (deep recursion) print once with a count; long stacks are cut.
-        let mut runs: Vec<(&str, usize)> = Vec::new();
-        for frame in &self.backtrace {
-            match runs.last_mut() {
-                Some((name, n)) if *name == frame.as_str() => *n += 1,
-                _ => runs.push((frame, 1)),
+        let backtrace = self.shown_backtrace();
+        if !backtrace.is_empty() {
+            write!(f, "\nwasm backtrace:")?;
+            for line in backtrace {
+                write!(f, "\n  {line}")?;
             }
-        }
-        for (i, (frame, n)) in runs.iter().take(MAX_FRAMES).enumerate() {
-            write!(f, "\n  {i:>2}: {frame}")?;
-            if *n > 1 {
-                write!(f, " (x{n})")?;
-            }
-        }
-        if runs.len() > MAX_FRAMES {
-            write!(f, "\n  ... {} more frames", runs.len() - MAX_FRAMES)?;
         }
         Ok(())
     }

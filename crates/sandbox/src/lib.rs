@@ -35,7 +35,7 @@ mod values;
 
 pub use cache::ModuleSource;
 pub use guest::{Guest, GuestModule, InterruptHandle, Sandbox, ABI_MAJOR, ABI_MINOR};
-pub use guest_error::{GuestError, GuestErrorKind};
+pub use guest_error::{GuestError, GuestErrorKind, Reported};
 pub use guest_output::{
     GuestOutput, OutputSink, CLEAR_OUTPUT_MIME, DISPLAY_ID_MIME, MAX_DISPLAY_ID, RESULT_MIME,
     UPDATE_DISPLAY_MIME,

@@ -35,6 +35,26 @@ pub enum ErrorCode {
     Fs = -12,
 }
 
+impl ErrorCode {
+    /// The code's name in ABI.md: `ERR_HANDLE`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::Invalid => "ERR_INVALID",
+            ErrorCode::Handle => "ERR_HANDLE",
+            ErrorCode::Bounds => "ERR_BOUNDS",
+            ErrorCode::Op => "ERR_OP",
+            ErrorCode::Memory => "ERR_MEMORY",
+            ErrorCode::UnknownOp => "ERR_UNKNOWN_OP",
+            ErrorCode::Cancelled => "ERR_CANCELLED",
+            ErrorCode::TooSmall => "ERR_TOO_SMALL",
+            ErrorCode::Unavailable => "ERR_UNAVAILABLE",
+            ErrorCode::Collective => "ERR_COLLECTIVE",
+            ErrorCode::Grad => "ERR_GRAD",
+            ErrorCode::Fs => "ERR_FS",
+        }
+    }
+}
+
 /// A failed import: the code the guest sees and the message `last_error` gives.
 pub(crate) struct Fail(pub(crate) ErrorCode, pub(crate) String);
 

@@ -616,3 +616,33 @@ fn display_requests_are_checked_and_bad_ones_are_the_guests_error() {
     assert!(call_i32(&mut g, "error", &[]) > 0);
     s.assert_healthy();
 }
+
+#[test]
+fn a_reported_failure_names_the_trap_and_lasts_one_call() {
+    let s = Session::new(1 << 30);
+    let mut g = s.guest("fail.wat").expect("fail.wat loads");
+    let e = expect_kind(g.call("report_and_trap", &[]), GuestErrorKind::Trap);
+    assert_eq!(e.name(), "OpError");
+    assert_eq!(
+        e.summary(),
+        "add: shapes [2, 3] and [4] cannot be broadcast"
+    );
+    assert_eq!(
+        e.to_string(),
+        "OpError: add: shapes [2, 3] and [4] cannot be broadcast\n  at src/cell.rs:3:11"
+    );
+
+    // A call that returns normally drops its report; the next trap is a plain trap.
+    assert_eq!(call_i32(&mut g, "report_and_return", &[]), 0);
+    let e = expect_kind(g.call("trap", &[]), GuestErrorKind::Trap);
+    assert_eq!(e.name(), "GuestTrap");
+    assert!(e.reported.is_none());
+
+    assert_eq!(call_i32(&mut g, "bad_name", &[]), ErrorCode::Invalid as i32);
+    assert_eq!(
+        g.error_in_last_call().map(|(code, _)| code),
+        Some(ErrorCode::Invalid)
+    );
+    assert_eq!(call_i32(&mut g, "huge", &[]), ErrorCode::Bounds as i32);
+    s.assert_healthy();
+}

@@ -142,16 +142,20 @@ impl OutputConverter {
         }
     }
 
-    /// The error to report for a failed guest call.
+    /// The error to report for a failed guest call: what the guest reported (its panic, or
+    /// the error its entry returned, at the user's line) when it did; else the trap, named
+    /// by the last failure line an older guest printed on stderr.
     pub(super) fn error(&self, e: &GuestError) -> CellError {
-        let evalue = match (&self.last_failure, e.kind) {
-            (Some(line), GuestErrorKind::Trap) => line.clone(),
+        let rename = |text: &str| user_locations(text, self.cell, self.columns);
+        let evalue = match (&e.reported, &self.last_failure, e.kind) {
+            (Some(reported), _, _) => rename(&reported.message),
+            (None, Some(line), GuestErrorKind::Trap) => line.clone(),
             _ => e.message.clone(),
         };
         CellError {
-            ename: e.kind.name().to_string(),
+            ename: e.name().to_string(),
             evalue,
-            traceback: vec![e.to_string()],
+            traceback: vec![rename(&e.to_string())],
         }
     }
 }

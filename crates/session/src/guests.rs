@@ -17,6 +17,18 @@ use neuronlab_dist::World;
 use neuronlab_sandbox::var_store::Var;
 use neuronlab_sandbox::{Guest, GuestError, GuestModule};
 
+/// Values an export returned, where a single `i32` is the ABI error code of the error an
+/// import just returned to the guest spelled out with its name and message: `-2` becomes
+/// `-2 (ERR_HANDLE: ...)`.
+fn named_statuses(mut values: Vec<String>, guest: &Guest) -> Vec<String> {
+    if let ([value], Some((code, message))) = (values.as_mut_slice(), guest.error_in_last_call()) {
+        if value.parse::<i32>() == Ok(code as i32) {
+            *value = format!("{value} ({}: {message})", code.name());
+        }
+    }
+    values
+}
+
 /// A module loaded with `%load` or defined by a `%%wat` cell, with its live instance, so
 /// `%run` calls keep the instance's state.
 pub struct LoadedModule {
@@ -268,9 +280,13 @@ impl Session {
             .stream(&mut converter, out, || guest.call(entry, args));
         self.interrupter.set(Running::Nothing);
         self.explanations = guest.compiled_explanations();
-        result.map_err(|e| {
-            out(Output::Error(converter.error(&e)));
-        })
+        match result {
+            Ok(values) => Ok(named_statuses(values, guest)),
+            Err(e) => {
+                out(Output::Error(converter.error(&e)));
+                Err(())
+            }
+        }
     }
 
     /// Compiles a `%%wat` cell, calls its `run` export if it has one, and keeps it for `%run`
@@ -314,6 +330,22 @@ impl Session {
             Ok(g) => g,
             Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
         };
+        let listing: Vec<String> = exports
+            .iter()
+            .map(|(n, params)| {
+                let params: Vec<String> = params.iter().map(ToString::to_string).collect();
+                format!("{n}({})", params.join(", "))
+            })
+            .collect();
+        // Said before `run` runs, so it comes before the cell's output, result or error.
+        out(Output::Stdout(format!(
+            "loaded {name}: %run {name}.<export> [args] calls {}\n",
+            if listing.is_empty() {
+                "nothing (it exports no functions)".to_string()
+            } else {
+                listing.join(", ")
+            }
+        )));
         let cell_no = self.execution_count;
         let mut outcome = Outcome::Ok;
         if run_now && exports.iter().any(|(n, p)| n == "run" && p.is_empty()) {
@@ -325,21 +357,6 @@ impl Session {
                 Err(()) => outcome = Outcome::Error,
             }
         }
-        let listing: Vec<String> = exports
-            .iter()
-            .map(|(n, params)| {
-                let params: Vec<String> = params.iter().map(ToString::to_string).collect();
-                format!("{n}({})", params.join(", "))
-            })
-            .collect();
-        out(Output::Stdout(format!(
-            "loaded {name}: %run {name}.<export> [args] calls {}\n",
-            if listing.is_empty() {
-                "nothing (it exports no functions)".to_string()
-            } else {
-                listing.join(", ")
-            }
-        )));
         // A `%%wat` cell run again (the same text) replaces what it loaded, so re-running a
         // cell does not keep an instance per run.
         let cell_source = run_now.then(|| blake3::hash(bytes));

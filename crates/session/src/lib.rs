@@ -291,8 +291,16 @@ impl Session {
         outcome
     }
 
-    fn run_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
+    fn run_cell(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> Outcome {
         let first_event = self.runtime.bus().next_seq();
+        // The cell's error is held back to be its last output, with the summary of what the
+        // cell ran folded in: a failing cell has exactly one output that says why.
+        let mut failed: Option<CellError> = None;
+        let mut held = |output: Output| match output {
+            Output::Error(e) if failed.is_none() => failed = Some(e),
+            output => sink(output),
+        };
+        let out = &mut held;
         let outcome = match cell::classify(code) {
             cell::Cell::Empty => Outcome::Ok,
             cell::Cell::LineMagics(lines) => {
@@ -340,13 +348,25 @@ impl Session {
                     .iter()
                     .any(|e| matches!(e.kind, EventKind::Op(_) | EventKind::Collective(_))),
             });
-            let summary = Summary::from_events(&events);
-            if summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0 {
+        }
+        let summary = Summary::from_events(&events);
+        let worth_showing = summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0;
+        match failed {
+            Some(mut error) => {
+                if worth_showing {
+                    error
+                        .traceback
+                        .push(format!("before it stopped, the cell ran: {summary}"));
+                }
+                sink(Output::Error(error));
+            }
+            None if worth_showing => {
                 let html = display::summary_html(&summary, &events);
-                out(Output::Summary(
+                sink(Output::Summary(
                     MimeBundle::text(summary.to_string()).with("text/html", html),
                 ));
             }
+            None => {}
         }
         outcome
     }

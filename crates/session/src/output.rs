@@ -119,7 +119,7 @@ impl CellError {
                 let rest = [head.as_str(), message]
                     .into_iter()
                     .filter(|m| !m.is_empty())
-                    .find_map(|m| match block.strip_prefix(m) {
+                    .find_map(|m| match unlabelled(block).strip_prefix(m) {
                         Some("") => Some(""),
                         Some(rest) => rest.strip_prefix('\n'),
                         None => None,
@@ -140,6 +140,22 @@ impl CellError {
             evalue,
         }
     }
+}
+
+/// A compiler diagnostic's block without its `error: ` or `error[E0308]: ` label, so that a
+/// first line that only repeats the message is recognised as such.
+fn unlabelled(block: &str) -> &str {
+    let Some(rest) = block.strip_prefix("error") else {
+        return block;
+    };
+    let rest = match rest.strip_prefix('[') {
+        Some(coded) => match coded.split_once(']') {
+            Some((code, rest)) if code.bytes().all(|b| b.is_ascii_alphanumeric()) => rest,
+            _ => return block,
+        },
+        None => rest,
+    };
+    rest.strip_prefix(": ").unwrap_or(block)
 }
 
 #[cfg(test)]
@@ -172,5 +188,22 @@ mod tests {
             traceback: vec!["x is not found\nhelp: define it".into()],
         };
         assert_eq!(partial.details(), ["x is not found\nhelp: define it"]);
+
+        // A compiler diagnostic's header says again what the head says: it goes.
+        let compile = CellError {
+            ename: "CompileError".into(),
+            evalue: "mismatched types".into(),
+            traceback: vec![
+                "error[E0308]: mismatched types\n --> cell [2], line 1:14\n".into(),
+                "error: cannot find value `y`\n --> cell [2], line 2:5\n".into(),
+            ],
+        };
+        assert_eq!(
+            compile.details(),
+            [
+                " --> cell [2], line 1:14",
+                "error: cannot find value `y`\n --> cell [2], line 2:5"
+            ]
+        );
     }
 }

@@ -203,14 +203,17 @@ fn failures_are_reported_against_the_users_lines_and_the_session_survives() {
     // A panic: the message and the cell's line.
     let (outcome, out) = run(&mut s, "let z = 1;\npanic!(\"boom {}\", z);");
     assert_eq!(outcome, Outcome::Error);
-    let (ename, evalue, _) = error(&out);
-    assert_eq!(ename, "GuestTrap");
-    assert!(
-        evalue.contains(&format!(
-            "panicked at cell[{}]:2:1: boom 1",
-            s.execution_count()
-        )),
-        "{evalue}"
+    let (ename, evalue, traceback) = error(&out);
+    assert_eq!(ename, "Panic");
+    assert_eq!(evalue, "boom 1");
+    let at = format!("at cell[{}]:2:1", s.execution_count());
+    assert!(traceback.contains(&at), "{traceback}");
+    assert_eq!(
+        out.iter()
+            .filter(|o| matches!(o, Output::Stderr(_) | Output::Error(_)))
+            .count(),
+        1,
+        "one output says why: {out:?}"
     );
 
     // A memory bomb meets the guest's memory limit.

@@ -660,7 +660,7 @@ fn rich_outputs_carry_html_and_svg() {
         "{html}"
     );
 
-    // The summary names each compile with its reason.
+    // The summary counts the compiles and names the first recompile with its reason.
     let ran = run(&mut s, COMPILE_WAT);
     let summary = ran
         .outputs
@@ -671,8 +671,10 @@ fn rich_outputs_carry_html_and_svg() {
         })
         .expect("a summary");
     let html = summary.get("text/html").expect("html");
-    assert!(html.contains(">compile</span> f: "), "{html}");
-    assert!(html.contains(">recompile</span> f: "), "{html}");
+    assert!(
+        html.contains(">compiles</span> 2, 1 of them recompiles · first recompile: f: "),
+        "{html}"
+    );
     assert!(!summary.plain().contains('<'), "{summary:?}");
 
     ok(&mut s, HELLO_CELL);
@@ -908,7 +910,12 @@ fn dir_grants_folders_that_guests_then_read() {
 
     let text = ok(&mut s, &format!("%dir {}", folder.display()));
     assert!(text.contains("as `granted-notes` (read-only)"), "{text}");
-    assert!(ok(&mut s, &cell).starts_with("from the grant\n"));
+    // The module's `loaded` line comes first, then what its `run` printed.
+    let shown = ok(&mut s, &cell);
+    assert!(
+        shown.starts_with("loaded ") && shown.ends_with("\nfrom the grant\n"),
+        "{shown}"
+    );
     let listing = ok(&mut s, "%dir");
     assert!(
         listing.contains("granted-notes") && listing.contains("read-only"),

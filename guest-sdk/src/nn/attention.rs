@@ -45,6 +45,7 @@ pub(crate) struct AttentionInputs<'a> {
 impl Attention {
     /// Attention over `x` (`[batch, seq, hidden]`), writing this layer's keys and values into
     /// `cache` (when there is one) and attending over all of them.
+    #[track_caller]
     pub(crate) fn forward(
         &self,
         x: &Tensor,

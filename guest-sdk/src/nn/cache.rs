@@ -47,6 +47,7 @@ impl KvCache {
     }
 
     /// A zeroed static cache: `layers` layers of `[batch, kv_heads, max_cache_len, head_dim]`.
+    #[track_caller]
     pub fn new_static(layers: usize, shape: [i64; 4], dtype: DType) -> Result<KvCache> {
         let zeros = || zeros_with(&shape, ZerosOptions::new().dtype(dtype));
         Ok(KvCache::Static(
@@ -75,6 +76,7 @@ impl KvCache {
 
     /// A cache of `kind` for `layers` layers made of `tensors` as [`tensors`](KvCache::tensors)
     /// lists them (for a dynamic cache, none means empty).
+    #[track_caller]
     pub fn from_tensors(kind: CacheKind, layers: usize, tensors: &[Tensor]) -> Result<KvCache> {
         if !(tensors.is_empty() && kind == CacheKind::Dynamic) && tensors.len() != 2 * layers {
             return Err(Error::new(
@@ -126,6 +128,7 @@ impl KvCache {
 
     /// Writes `layer`'s new keys and values (`[batch, kv_heads, seq, head_dim]`, for positions
     /// `position..position + seq`) and returns all of its keys and values.
+    #[track_caller]
     pub fn update(
         &mut self,
         layer: usize,
@@ -159,6 +162,7 @@ impl KvCache {
 
 /// `cache` with rows `position..position + seq` (dim 2) replaced by `new`'s, by a mask over
 /// the rows: the graph does not depend on the position's value, so it compiles once.
+#[track_caller]
 fn write_at(cache: &Tensor, new: &Tensor, position: &Tensor) -> Result<Tensor> {
     let len = cache.shape()[2];
     let seq = new.shape()[2];
@@ -179,6 +183,7 @@ fn write_at(cache: &Tensor, new: &Tensor, position: &Tensor) -> Result<Tensor> {
 }
 
 /// A 0-d i64 tensor.
+#[track_caller]
 fn int(value: i64) -> Result<Tensor> {
     super::scalar(value as f64, DType::I64)
 }

@@ -100,6 +100,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// A sampler for `config`, seeded with its `seed`.
+    #[track_caller]
     pub fn new(config: &GenerationConfig) -> Result<Sampler> {
         let c = config;
         if c.do_sample && !(c.temperature > 0.0 && c.temperature.is_finite()) {
@@ -195,6 +196,7 @@ fn invalid(message: String) -> Error {
 }
 
 /// A 0-d i64 tensor.
+#[track_caller]
 fn index(value: i64) -> Result<Tensor> {
     scalar(value as f64, DType::I64)
 }
@@ -213,6 +215,7 @@ pub struct Generator<'m> {
 
 impl<'m> Generator<'m> {
     /// A generator for `model`; compiles nothing until the first call.
+    #[track_caller]
     pub fn new(model: &'m LlamaForCausalLM, config: &GenerationConfig) -> Result<Generator<'m>> {
         Sampler::new(config)?;
         if config.prefill_bucket <= 0 {
@@ -260,22 +263,26 @@ impl<'m> Generator<'m> {
     }
 
     /// The prefill function's compile statistics so far (`None` when not compiled).
+    #[track_caller]
     pub fn prefill_stats(&self) -> Result<Option<CompileStats>> {
         self.prefill.as_ref().map(Compiled::stats).transpose()
     }
 
     /// The decode function's compile statistics so far (`None` when not compiled).
+    #[track_caller]
     pub fn decode_stats(&self) -> Result<Option<CompileStats>> {
         self.decode.as_ref().map(Compiled::stats).transpose()
     }
 
     /// The compiles of both functions so far.
+    #[track_caller]
     fn compiles(&self) -> Result<u64> {
         let count = |s: Option<CompileStats>| s.map_or(0, |s| s.compiles);
         Ok(count(self.prefill_stats()?) + count(self.decode_stats()?))
     }
 
     /// Runs one step, compiled or eagerly.
+    #[track_caller]
     fn run(&self, decode: bool, args: &[&Tensor]) -> Result<Vec<Tensor>> {
         match if decode { &self.decode } else { &self.prefill } {
             Some(f) => f.call(args),
@@ -294,10 +301,12 @@ impl<'m> Generator<'m> {
     ///
     /// [`ErrorKind::Invalid`] for an empty prompt, a token outside the vocabulary, or a static
     /// cache too short for the prompt and the new tokens.
+    #[track_caller]
     pub fn generate(&mut self, prompt: &[i64]) -> Result<GenerationOutput> {
         no_grad(|| self.generate_inner(prompt))
     }
 
+    #[track_caller]
     fn generate_inner(&mut self, prompt: &[i64]) -> Result<GenerationOutput> {
         let (model, config) = (self.model, self.config.clone());
         let c = &model.config;
@@ -385,6 +394,7 @@ impl<'m> Generator<'m> {
 impl LlamaForCausalLM {
     /// One generation step as a function of tensors: `[ids [1, seq], position, last, cache...]`
     /// to `[logits [vocab] f32 of the token at index last, cache...]`.
+    #[track_caller]
     fn step(&self, kind: CacheKind, args: &[Tensor]) -> Result<Vec<Tensor>> {
         let [ids, position, last, cache @ ..] = args else {
             return Err(invalid(
@@ -409,6 +419,7 @@ impl LlamaForCausalLM {
     /// # Errors
     ///
     /// As [`Generator::generate`], and [`ErrorKind::Invalid`] for a bad sampling setting.
+    #[track_caller]
     pub fn generate(&self, prompt: &[i64], config: &GenerationConfig) -> Result<GenerationOutput> {
         Generator::new(self, config)?.generate(prompt)
     }

@@ -15,12 +15,14 @@ use crate::ops::{
 use crate::tensor::Tensor;
 
 /// A tensor drawn from N(0, std²) in `dtype`, a leaf that requires grad.
+#[track_caller]
 pub(crate) fn normal(shape: &[i64], std: f64, seed: i64, dtype: DType) -> Result<Tensor> {
     let x = randn_with(shape, RandnOptions::new().seed(seed))?.mul(&scalar(std, DType::F32)?)?;
     x.cast(dtype)?.requires_grad()
 }
 
 /// A tensor of ones in `dtype`, a leaf that requires grad.
+#[track_caller]
 pub(crate) fn ones_param(shape: &[i64], dtype: DType) -> Result<Tensor> {
     ones_with(shape, OnesOptions::new().dtype(dtype))?.requires_grad()
 }
@@ -48,6 +50,7 @@ impl Linear {
     }
 
     /// A layer with weights from N(0, std²) (Hugging Face's init for Llama) and a zero bias.
+    #[track_caller]
     pub fn init(
         in_features: i64,
         out_features: i64,
@@ -66,6 +69,7 @@ impl Linear {
     }
 
     /// `x Wᵀ + b` over the last dim of `x`.
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_copied(&self.copy_input(x)?)
     }
@@ -73,6 +77,7 @@ impl Linear {
     /// `x` as a column-parallel layer takes it: copied into the group (its gradient
     /// all-reduced in backward); unchanged for other layers. Layers that read one input
     /// (q, k and v; gate and up) share one copy, so backward all-reduces once for them.
+    #[track_caller]
     pub fn copy_input(&self, x: &Tensor) -> Result<Tensor> {
         match &self.parallel {
             Parallel::Colwise { group, .. } => region::copy_to(x, group),
@@ -82,6 +87,7 @@ impl Linear {
 
     /// [`forward`](Linear::forward) of an input already passed through
     /// [`copy_input`](Linear::copy_input).
+    #[track_caller]
     pub fn forward_copied(&self, x: &Tensor) -> Result<Tensor> {
         let bias = self.bias.as_ref().map(Param::value).transpose()?;
         let add_bias = |y: Tensor| match &bias {
@@ -174,6 +180,7 @@ impl Embedding {
     /// # Errors
     ///
     /// [`ErrorKind::Invalid`] for an id outside `0..num_embeddings`, naming it.
+    #[track_caller]
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let weight = self.weight.value()?;
         let Some((group, first)) = &self.vocab_parallel else {
@@ -218,6 +225,7 @@ impl RmsNorm {
     }
 
     /// `weight * (x / sqrt(mean(x²) + eps))`.
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
         let h = in_dtype(x, DType::F32)?;
@@ -236,6 +244,7 @@ impl Module for RmsNorm {
 }
 
 /// `x` in `dtype`, cast only when it is not already.
+#[track_caller]
 pub(crate) fn in_dtype(x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         x.try_clone()
@@ -265,6 +274,7 @@ impl LayerNorm {
     }
 
     /// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim.
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = *x.shape().last().ok_or_else(|| {
             Error::new(
@@ -307,6 +317,7 @@ pub struct Mlp {
 
 impl Mlp {
     /// The MLP of `x` (`[..., hidden]`).
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = &self.gate_proj.copy_input(x)?;
         let gate = self.gate_proj.forward_copied(x)?.silu()?;

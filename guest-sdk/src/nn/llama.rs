@@ -79,6 +79,7 @@ impl RopeScaling {
         }
     }
 
+    #[track_caller]
     fn from_json(v: Option<&Value>) -> Result<RopeScaling> {
         let Some(v) = v.filter(|v| !v.is_null()) else {
             return Ok(RopeScaling::None);
@@ -166,6 +167,7 @@ impl LlamaConfig {
     ///
     /// [`ErrorKind::Invalid`] for a missing or mistyped required field, naming it, a
     /// `hidden_act` other than `silu`, or head counts that do not divide.
+    #[track_caller]
     pub fn from_json(text: &str) -> Result<LlamaConfig> {
         let v = json::parse(text, "config.json")?;
         let int = |key: &str| -> Result<Option<i64>> {
@@ -277,6 +279,7 @@ impl LlamaConfig {
     }
 
     /// Reads `folder/config.json`.
+    #[track_caller]
     pub fn from_folder(folder: &str) -> Result<LlamaConfig> {
         LlamaConfig::from_json(&fs::read_to_string(&format!("{folder}/config.json"))?)
     }
@@ -295,6 +298,7 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
+    #[track_caller]
     pub(crate) fn forward(
         &self,
         x: &Tensor,
@@ -341,6 +345,7 @@ pub struct LlamaModel {
 impl LlamaModel {
     /// The final hidden states `[batch, seq, hidden]` of `ids` (`[batch, seq]`, integer),
     /// the first at `position` (0-d i64), writing keys and values into `cache` when given.
+    #[track_caller]
     pub fn forward_hidden(
         &self,
         ids: &Tensor,
@@ -407,6 +412,7 @@ impl LlamaForCausalLM {
     /// A model of `config` with Hugging Face's random init (N(0, initializer_range²)
     /// weights, zero biases, unit norms) in `dtype`, every parameter a leaf that requires
     /// grad; `seed` makes it reproducible.
+    #[track_caller]
     pub fn new(config: &LlamaConfig, dtype: DType, seed: i64) -> Result<LlamaForCausalLM> {
         let c = config;
         let mut seeds = seed..;
@@ -488,6 +494,7 @@ impl LlamaForCausalLM {
     /// [`ErrorKind::Fs`] when the folder is not granted or a file is missing or malformed;
     /// [`ErrorKind::Invalid`] for a bad config, a missing tensor or one whose shape does not
     /// match the config (each named), or tensors the model does not use.
+    #[track_caller]
     pub fn from_pretrained(folder: &str) -> Result<LlamaForCausalLM> {
         let config = LlamaConfig::from_folder(folder)?;
         let files = fs::list_dir(folder)?;
@@ -519,6 +526,7 @@ impl LlamaForCausalLM {
     /// The model of `config` with its parameters taken from `state` by their Hugging Face
     /// names, each marked as a leaf that requires grad. Buffers the model computes itself
     /// (`rotary_emb.inv_freq`) are dropped; other tensors stay in `state`.
+    #[track_caller]
     pub fn from_state_dict(
         config: &LlamaConfig,
         state: &mut StateDict,
@@ -618,6 +626,7 @@ impl LlamaForCausalLM {
 
     /// The logits `[batch, seq, vocab]` of `ids` (`[batch, seq]`, integer), from position 0
     /// with no cache: the training and scoring forward.
+    #[track_caller]
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let start = super::scalar(0.0, DType::I64)?;
         self.lm_head
@@ -626,6 +635,7 @@ impl LlamaForCausalLM {
 
     /// The logits `[batch, seq, vocab]` of `ids` whose first token is at `position` (0-d
     /// i64), reading and writing `cache`.
+    #[track_caller]
     pub fn forward_with_cache(
         &self,
         ids: &Tensor,

@@ -103,6 +103,7 @@ pub(crate) fn join(prefix: &str, name: &str) -> String {
 }
 
 /// A 0-d tensor of `value` in `dtype`: as an operand it keeps the other tensor's dtype.
+#[track_caller]
 pub(crate) fn scalar(value: f64, dtype: DType) -> Result<Tensor> {
     full_with(&[], value, FullOptions::new().dtype(dtype))
 }

@@ -24,6 +24,7 @@ use crate::dist::Group;
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::Tensor;
 
+#[track_caller]
 fn divides(what: &str, n: i64, parts: usize) -> Result<i64> {
     let parts = parts as i64;
     if n % parts != 0 {
@@ -36,6 +37,7 @@ fn divides(what: &str, n: i64, parts: usize) -> Result<i64> {
 }
 
 /// Cuts `linear` column-wise (its output rows) over `group`.
+#[track_caller]
 fn colwise(linear: &mut Linear, group: &Rc<Group>, gather_output: bool) -> Result<()> {
     let rows = linear.out_features();
     let size = divides("a column-parallel layer's out_features", rows, group.size())?;
@@ -52,6 +54,7 @@ fn colwise(linear: &mut Linear, group: &Rc<Group>, gather_output: bool) -> Resul
 }
 
 /// Cuts `linear` row-wise (its input columns) over `group`; the bias stays whole.
+#[track_caller]
 fn rowwise(linear: &mut Linear, group: &Rc<Group>) -> Result<()> {
     let cols = linear.in_features();
     let size = divides("a row-parallel layer's in_features", cols, group.size())?;
@@ -67,6 +70,7 @@ fn rowwise(linear: &mut Linear, group: &Rc<Group>) -> Result<()> {
 /// Applies the Llama tensor-parallel plan over `tp`: each rank keeps its slices as new
 /// leaves (build optimizers after this). Head counts, the MLP's width and the vocabulary
 /// must be multiples of the group's size.
+#[track_caller]
 pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
     let c = &model.config;
     let n = tp.size();
@@ -105,6 +109,7 @@ pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
 /// Shards every parameter of `model` on dim 0 over `fsdp` (FSDP2's `fully_shard` on each
 /// decoder layer and the root): each rank keeps its padded chunk as a new leaf (build
 /// optimizers after this). Tied embeddings stay one parameter.
+#[track_caller]
 pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()> {
     for layer in &mut model.model.layers {
         let attn = &mut layer.self_attn;
@@ -141,6 +146,7 @@ pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()>
 
 /// Every parameter gathered whole, by its Hugging Face name (`lm_head.weight` left out when
 /// tied): what `save_pretrained` writes, loadable on one rank. Every rank must call it.
+#[track_caller]
 pub fn full_state_dict(model: &LlamaForCausalLM) -> Result<Vec<(String, Tensor)>> {
     model
         .named_params()

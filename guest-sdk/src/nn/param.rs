@@ -51,6 +51,7 @@ impl Param {
     }
 
     /// The parameter to compute with: the leaf, or under FSDP the all-gathered whole.
+    #[track_caller]
     pub fn value(&self) -> Result<Tensor> {
         match &self.shard {
             None => self.tensor.try_clone(),
@@ -91,6 +92,7 @@ impl Param {
     }
 
     /// Another handle to the same parameter (the same leaf): how tied weights share one.
+    #[track_caller]
     pub fn tie(&self) -> Result<Param> {
         Ok(Param {
             tensor: self.tensor.try_clone()?,
@@ -107,6 +109,7 @@ impl Param {
 
     /// Keeps this rank's slice of `size` entries from `start` along `dim` as a new leaf that
     /// requires grad (tensor parallelism's cut over `group`), before any FSDP sharding.
+    #[track_caller]
     pub(crate) fn split(
         &mut self,
         group: &Rc<Group>,
@@ -136,6 +139,7 @@ impl Param {
 
     /// Shards the parameter on dim 0 over `group` (FSDP2's `fully_shard`): this rank keeps
     /// its chunk, padded to the largest chunk, as a new leaf that requires grad.
+    #[track_caller]
     pub(crate) fn shard(&mut self, group: &Rc<Group>) -> Result<()> {
         if self.shard.is_some() {
             return Err(Error::new(
@@ -180,6 +184,7 @@ impl Param {
 
     /// The whole parameter, gathered from every rank's shard and slice (no gradient): what a
     /// consolidated checkpoint holds. Every rank of the groups must call it.
+    #[track_caller]
     pub fn full(&self) -> Result<Tensor> {
         crate::autograd::no_grad(|| {
             let value = self.value()?;

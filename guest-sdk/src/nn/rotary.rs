@@ -16,6 +16,7 @@ pub struct RotaryEmbedding {
 
 impl RotaryEmbedding {
     /// The embedding for heads of `head_dim` with base `theta`.
+    #[track_caller]
     pub fn new(head_dim: i64, theta: f64, scaling: &RopeScaling) -> Result<RotaryEmbedding> {
         let half = head_dim / 2;
         // torch computes `1.0 / base ** (arange(0, dim, 2).float() / dim)` in f32.
@@ -33,6 +34,7 @@ impl RotaryEmbedding {
 
     /// `(cos, sin)` for integer `positions` `[batch, seq]`: each `[batch, seq, head_dim]` in
     /// `dtype`.
+    #[track_caller]
     pub fn cos_sin(&self, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
         let angles = positions
             .cast(DType::F32)?
@@ -44,6 +46,7 @@ impl RotaryEmbedding {
 }
 
 /// `[-x₂, x₁]` for the halves `x₁, x₂` of the last dim.
+#[track_caller]
 fn rotate_half(x: &Tensor) -> Result<Tensor> {
     let half = x.shape()[x.rank() - 1] / 2;
     let first = x.narrow(-1, 0, half)?;
@@ -53,6 +56,7 @@ fn rotate_half(x: &Tensor) -> Result<Tensor> {
 
 /// `x·cos + rotate_half(x)·sin` for `x` `[batch, heads, seq, head_dim]` and `cos`, `sin`
 /// `[batch, seq, head_dim]`.
+#[track_caller]
 pub(crate) fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let cos = cos.unsqueeze(1)?;
     let sin = sin.unsqueeze(1)?;

@@ -17,6 +17,7 @@ pub struct StateDict {
 impl StateDict {
     /// The tensors of the checkpoint at `path`: a `.safetensors` file, a folder holding
     /// `model.safetensors` or a sharded `model.safetensors.index.json`, or the index itself.
+    #[track_caller]
     pub fn load(path: &str) -> Result<StateDict> {
         Ok(StateDict::from_checkpoint(checkpoint::load(path)?, path))
     }
@@ -34,6 +35,7 @@ impl StateDict {
     /// # Errors
     ///
     /// [`ErrorKind::Invalid`] when the checkpoint has no tensor `name` or it has another shape.
+    #[track_caller]
     pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor> {
         self.take_optional(name, shape)?.ok_or_else(|| {
             Error::new(
@@ -48,6 +50,7 @@ impl StateDict {
     }
 
     /// Removes and returns `name` if the checkpoint has it, checking its shape.
+    #[track_caller]
     pub fn take_optional(&mut self, name: &str, shape: &[i64]) -> Result<Option<Tensor>> {
         let Some(t) = self.tensors.remove(name) else {
             return Ok(None);

@@ -346,7 +346,7 @@ mod tests {
             traceback(&error),
             [
                 "\x1b[1;31mCompileError: cannot find value `y`\x1b[0m",
-                "error[E0425]: cannot find value `y`\n --> cell [2], line 1:1",
+                " --> cell [2], line 1:1",
             ]
         );
         assert_eq!(

@@ -214,7 +214,7 @@ mod tests {
         };
         assert_eq!(
             error_text(&error, false),
-            "CompileError: cannot find value `y`\nerror[E0425]: cannot find value `y`\n --> cell[2]:1:1\n"
+            "CompileError: cannot find value `y`\n --> cell[2]:1:1\n"
         );
         let trap = CellError {
             ename: "GuestTrap".into(),

@@ -433,7 +433,7 @@ impl<'a> OpApi<'a> {
         };
         let _ = writeln!(
             out,
-            "pub fn {name}({}) -> {} {{",
+            "#[track_caller]\npub fn {name}({}) -> {} {{",
             self.params(with_options).join(", "),
             self.return_type()
         );
@@ -452,7 +452,7 @@ impl<'a> OpApi<'a> {
         };
         let _ = writeln!(
             out,
-            "pub fn {}({}) -> {} {{\n{callee}({})\n}}",
+            "#[track_caller]\npub fn {}({}) -> {} {{\n{callee}({})\n}}",
             self.name(),
             self.params(false).join(", "),
             self.return_type(),

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 use wasmtime::{Caller, Extern, StoreLimits};
 
 use crate::compile_state::CompileState;
+use crate::guest_error::Reported;
 use crate::guest_output::OutputSink;
 use crate::handles::HandleTable;
 use crate::status::{ErrorCode, Fail, HostResult};
@@ -29,6 +30,8 @@ pub struct GuestState {
     pub(crate) handles: HandleTable<GuestValue>,
     pub(crate) compile: CompileState,
     pub(crate) last_error: String,
+    /// The code of the last error an import returned in the current call.
+    pub(crate) error_in_call: Option<ErrorCode>,
     pub(crate) output: OutputSink,
     pub(crate) limits: StoreLimits,
     pub(crate) interrupt: Arc<AtomicBool>,
@@ -40,6 +43,8 @@ pub struct GuestState {
     pub(crate) call_started: Instant,
     /// Whether the guest printed to stderr in the current call (a trap's note says so).
     pub(crate) wrote_stderr: bool,
+    /// What the guest said stopped it (`fail`) in the current call.
+    pub(crate) reported: Option<Box<Reported>>,
     pub(crate) started: Instant,
     /// The core's device clock (`EventBus::device_us`) when the instance started.
     pub(crate) device_started_us: f64,
@@ -78,6 +83,7 @@ impl GuestState {
             handles: HandleTable::new(salt),
             compile: CompileState::default(),
             last_error: String::new(),
+            error_in_call: None,
             output,
             limits,
             interrupt,
@@ -86,6 +92,7 @@ impl GuestState {
             grad_enabled: true,
             call_started: Instant::now(),
             wrote_stderr: false,
+            reported: None,
             started: Instant::now(),
             device_started_us,
             memory: None,
@@ -101,6 +108,7 @@ pub(crate) fn status(caller: &mut Ctx, r: HostResult<i32>) -> i32 {
         Ok(v) => v,
         Err(Fail(code, message)) => {
             caller.data_mut().last_error = message;
+            caller.data_mut().error_in_call = Some(code);
             code as i32
         }
     }
@@ -112,6 +120,7 @@ pub(crate) fn status64(caller: &mut Ctx, r: HostResult<i64>) -> i64 {
         Ok(v) => v,
         Err(Fail(code, message)) => {
             caller.data_mut().last_error = message;
+            caller.data_mut().error_in_call = Some(code);
             code as i64
         }
     }

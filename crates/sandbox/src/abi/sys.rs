@@ -1,8 +1,10 @@
 //! The `sys` group of imports (ABI.md "sys"): the last error, output, displays, the host
-//! clock, the run's arguments and the core's modeled device clock.
+//! clock, the run's arguments, the core's modeled device clock and the failure a guest
+//! reports before it traps.
 
-use super::context::{encode_strings, read, read_str, status, write_capped};
+use super::context::{encode_strings, read, read_str, status, write_capped, Ctx};
 use super::table::{imports, Import};
+use crate::guest_error::Reported;
 use crate::guest_output::GuestOutput;
 use crate::status::{ErrorCode, Fail};
 
@@ -60,4 +62,60 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
         let us = state.runtime.bus().device_us(state.core) - state.device_started_us;
         (us * 1e3).round().max(0.0) as i64
     }
+    #[since(1, 7)]
+    fn fail(c, name_ptr: i32, name_len: i32, msg_ptr: i32, msg_len: i32, at_ptr: i32, at_len: i32) -> i32 {
+        let r = (|| {
+            let name = read_str(&mut c, name_ptr, name_len, "the failure's name")?;
+            if name.is_empty()
+                || name.len() > MAX_FAILURE_NAME
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(Fail(
+                    ErrorCode::Invalid,
+                    format!(
+                        "a failure's name is 1 to {MAX_FAILURE_NAME} ASCII letters, digits or \
+                         underscores, like `Panic` or `OpError`"
+                    ),
+                ));
+            }
+            let message = capped_text(&mut c, msg_ptr, msg_len, "the failure's message")?;
+            let location = capped_text(&mut c, at_ptr, at_len, "the failure's location")?;
+            c.data_mut().reported = Some(Box::new(Reported {
+                name,
+                message,
+                location: (!location.is_empty()).then_some(location),
+            }));
+            Ok(0)
+        })();
+        status(&mut c, r)
+    }
 };
+
+/// The longest failure name `fail` takes, in bytes.
+const MAX_FAILURE_NAME: usize = 64;
+/// The most of a failure's message or location `fail` keeps, in bytes.
+const MAX_FAILURE_TEXT: usize = 64 << 10;
+
+/// Guest text cut to [`MAX_FAILURE_TEXT`] bytes at a character boundary: a failure report
+/// must not be a way to make the host hold a guest's whole memory.
+fn capped_text(c: &mut Ctx, ptr: i32, len: i32, what: &str) -> crate::status::HostResult<String> {
+    // A negative length stays as given, for `read` to refuse.
+    let kept = len.min(MAX_FAILURE_TEXT as i32);
+    let bytes = read(c, ptr, kept)?;
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) if kept < len => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).unwrap_or_default()
+        }
+        Err(_) => {
+            return Err(Fail(
+                ErrorCode::Invalid,
+                format!("{what} is not valid UTF-8"),
+            ));
+        }
+    };
+    Ok(text)
+}

@@ -5,7 +5,7 @@
 //! ops        12 on neuron:0 · host 1.20 ms · modeled 340 µs · memory-bound 9, compute-bound 3
 //! top        add 9× 270 µs (host 900 µs) · matmul 3× 70.0 µs (host 300 µs)
 //! peak HBM   neuron:0 48.0 MiB
-//! recompile  mlp: input 0 'x' shape changed: expected [8, 128], got [8, 96] · 12 → 4 nodes, ...
+//! compiles   3, 2 of them recompiles · first recompile: mlp: input 0 'x' shape changed: ...
 //! collectives 2 · modeled 24.0 µs · all_reduce 2× 24.0 µs
 //! ```
 //!
@@ -17,10 +17,12 @@ use std::collections::BTreeMap;
 use super::{escape, FONT};
 use neuronlab_core::device::Bound;
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
-use neuronlab_core::events::{CacheSource, Event, EventKind, LimitAction, Summary};
+use neuronlab_core::events::{CacheSource, CompileEvent, Event, EventKind, LimitAction, Summary};
 
-/// The most compiles, graph breaks or traps listed one by one; the rest are counted.
+/// The most graph breaks, limits or traps listed one by one; the rest are counted.
 pub const MAX_LISTED: usize = 8;
+/// Above this many cores, the peak-HBM line gives the spread instead of every core.
+const MAX_CORES_LISTED: usize = 4;
 
 const BLOCK: &str = "line-height:1.5;color:#555;border-left:3px solid #ddd;padding-left:8px";
 const LABEL: &str = "color:#999;display:inline-block;min-width:7em";
@@ -46,13 +48,9 @@ pub fn summary_html(summary: &Summary, events: &[Event]) -> String {
         lines.push(("top", top.join(" · ")));
     }
     if !summary.peak_hbm.is_empty() {
-        let peaks: Vec<String> = summary
-            .peak_hbm
-            .iter()
-            .map(|(core, &peak)| format!("{core} {}", bytes(peak)))
-            .collect();
-        lines.push(("peak HBM", peaks.join(" · ")));
+        lines.push(("peak HBM", peaks_line(summary)));
     }
+    lines.extend(compiles_line(events));
     lines.extend(listed(events));
     if summary.cache_hits > 0 {
         lines.push(("cache hits", summary.cache_hits.to_string()));
@@ -95,27 +93,92 @@ fn ops_line(summary: &Summary) -> String {
     )
 }
 
-/// The line of an event listed one by one (compiles, graph breaks, recompile limits, traps).
+/// Each core's peak, or for many cores (an SPMD run) the spread: `32 cores · min 1.00 MiB
+/// · median 1.00 MiB · max 1.50 MiB on neuron:0`.
+fn peaks_line(summary: &Summary) -> String {
+    let peaks = &summary.peak_hbm;
+    if peaks.len() <= MAX_CORES_LISTED {
+        let each: Vec<String> = peaks
+            .iter()
+            .map(|(core, &peak)| format!("{core} {}", bytes(peak)))
+            .collect();
+        return each.join(" · ");
+    }
+    let mut sorted: Vec<u64> = peaks.values().copied().collect();
+    sorted.sort_unstable();
+    // The first core with the highest peak.
+    let (top_core, top) = peaks
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(core, &peak)| (core, peak))
+        .expect("more than four cores");
+    format!(
+        "{} cores · min {} · median {} · max {} on {top_core}",
+        peaks.len(),
+        bytes(sorted[0]),
+        bytes(sorted[sorted.len() / 2]),
+        bytes(top)
+    )
+}
+
+/// `mlp: new function · 12 → 4 nodes, 2 kernels · 800 µs`.
+fn compile_text(c: &CompileEvent) -> String {
+    let cache = match c.cache {
+        CacheSource::Miss => String::new(),
+        source => format!(" · from the {source} cache"),
+    };
+    format!(
+        "{}: {} · {} → {} nodes, {} kernels · {}{cache}",
+        c.function,
+        c.reason,
+        c.nodes_before,
+        c.nodes_after,
+        c.fused_kernels,
+        duration_us(c.host_compile_us)
+    )
+}
+
+/// The cell's compiles: one compile as itself; several as a count with the first recompile
+/// (or the first compile), since `%recompiles` lists them all.
+fn compiles_line(events: &[Event]) -> Option<(&'static str, String)> {
+    let compiles: Vec<&CompileEvent> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Compile(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let recompiles = compiles.iter().filter(|c| c.recompile).count();
+    match compiles.as_slice() {
+        [] => None,
+        [one] => Some((
+            if one.recompile {
+                "recompile"
+            } else {
+                "compile"
+            },
+            compile_text(one),
+        )),
+        all => {
+            let (which, first) = match all.iter().find(|c| c.recompile) {
+                Some(first) => ("first recompile", first),
+                None => ("first", &all[0]),
+            };
+            Some((
+                "compiles",
+                format!(
+                    "{}, {recompiles} of them recompiles · {which}: {} (%recompiles lists them all)",
+                    all.len(),
+                    compile_text(first)
+                ),
+            ))
+        }
+    }
+}
+
+/// The line of an event listed one by one (graph breaks, recompile limits, traps).
 fn event_line(event: &Event) -> Option<(&'static str, String)> {
     Some(match &event.kind {
-        EventKind::Compile(c) => {
-            let cache = match c.cache {
-                CacheSource::Miss => String::new(),
-                source => format!(" · from the {source} cache"),
-            };
-            (
-                if c.recompile { "recompile" } else { "compile" },
-                format!(
-                    "{}: {} · {} → {} nodes, {} kernels · {}{cache}",
-                    c.function,
-                    c.reason,
-                    c.nodes_before,
-                    c.nodes_after,
-                    c.fused_kernels,
-                    duration_us(c.host_compile_us)
-                ),
-            )
-        }
         EventKind::GraphBreak {
             function,
             reason,
@@ -156,11 +219,7 @@ fn listed(events: &[Event]) -> Vec<(&'static str, String)> {
         }
     }
     for (label, n) in more {
-        let hint = match label {
-            "compile" | "recompile" => " (%recompiles lists them all)",
-            _ => " (%events lists them all)",
-        };
-        lines.push((label, format!("… and {n} more{hint}")));
+        lines.push((label, format!("… and {n} more (%events lists them all)")));
     }
     lines
 }
@@ -310,18 +369,14 @@ mod tests {
         assert!(html.contains(&format!("{}neuron:1 4.00 KiB</div>", label("peak HBM"))));
         assert!(
             html.contains(&format!(
-                "{}mlp: new function · 12 → 4 nodes, 2 kernels · 800 µs</div>",
-                label("compile")
+                "{}2, 1 of them recompiles · first recompile: mlp: input 0 &#39;x&#39; shape \
+                 changed: expected [8, 128], got [8, 96] · 12 → 4 nodes, 2 kernels · 800 µs \
+                 (%recompiles lists them all)</div>",
+                label("compiles")
             )),
             "{html}"
         );
-        assert!(
-            html.contains(&format!(
-                "{}mlp: input 0 &#39;x&#39; shape changed: expected [8, 128], got [8, 96]",
-                label("recompile")
-            )),
-            "{html}"
-        );
+        assert!(!html.contains("new function"), "{html}");
         assert!(html.contains("unreachable &lt;executed&gt;"), "{html}");
         assert!(
             html.contains(&format!(
@@ -334,16 +389,58 @@ mod tests {
     }
 
     #[test]
-    fn long_lists_are_cut_with_a_count() {
-        let events: Vec<Event> = (0..11)
-            .map(|i| compile(i, &format!("guard {i}"), i > 0))
-            .collect();
-        let html = summary_html(&Summary::from_events(&events), &events);
-        assert_eq!(html.matches("· 12 → 4 nodes").count(), 1 + MAX_LISTED);
+    fn one_compile_shows_whole_and_long_lists_are_cut_with_a_count() {
+        let one = [compile(0, "new function", false)];
+        let html = summary_html(&Summary::from_events(&one), &one);
         assert!(
-            html.contains("… and 2 more (%recompiles lists them all)"),
+            html.contains("compile</span> mlp: new function · 12 → 4 nodes"),
             "{html}"
         );
         assert!(html.contains(">ops</span> none</div>"), "{html}");
+
+        let traps: Vec<Event> = (0..11)
+            .map(|i| {
+                at(
+                    i,
+                    0,
+                    EventKind::GuestTrap {
+                        message: format!("trap {i}"),
+                    },
+                )
+            })
+            .collect();
+        let html = summary_html(&Summary::from_events(&traps), &traps);
+        assert_eq!(html.matches(">trap</span> trap").count(), MAX_LISTED);
+        assert!(
+            html.contains("… and 3 more (%events lists them all)"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn many_cores_peaks_give_the_spread() {
+        let events: Vec<Event> = (0..32u32)
+            .map(|core| {
+                let peak = if core == 5 { 3 << 20 } else { 1 << 20 };
+                at(
+                    u64::from(core),
+                    core,
+                    EventKind::Memory(MemoryEvent {
+                        action: MemoryAction::Alloc,
+                        bytes: peak,
+                        in_use: peak,
+                        peak,
+                    }),
+                )
+            })
+            .collect();
+        let html = summary_html(&Summary::from_events(&events), &events);
+        assert!(
+            html.contains(
+                "peak HBM</span> 32 cores · min 1.00 MiB · median 1.00 MiB · max 3.00 MiB on \
+                 neuron:5</div>"
+            ),
+            "{html}"
+        );
     }
 }

@@ -368,7 +368,20 @@ pub fn render(errors: &[Diagnostic], map: &SourceMap, src: &UserSources) -> Vec<
                 user_place(s.site(), map, src).map(|p| (p, s.label.as_deref(), s.is_primary))
             })
             .collect();
-        places.sort_by_key(|(p, _, primary)| (!primary, p.cell, p.line));
+        // The primary span's line first; each line's source shows once, with a caret line
+        // for each label on it.
+        let primary_line = places
+            .iter()
+            .find(|(_, _, primary)| *primary)
+            .map(|(p, _, _)| (p.cell, p.line));
+        places.sort_by_key(|(p, _, _)| {
+            (
+                Some((p.cell, p.line)) != primary_line,
+                p.cell,
+                p.line,
+                p.col_start,
+            )
+        });
         if places.is_empty() {
             text.push_str("  --> (in code the session generated around the cell)\n");
         }
@@ -377,15 +390,27 @@ pub fn render(errors: &[Diagnostic], map: &SourceMap, src: &UserSources) -> Vec<
             .map(|(p, _, _)| p.line.to_string().len())
             .max()
             .unwrap_or(1);
+        let pad = " ".repeat(width);
+        // A cell's `-->` points at its primary span where it has one.
+        let pointed = |cell| {
+            places
+                .iter()
+                .find(|(p, _, primary)| p.cell == cell && *primary)
+                .or_else(|| places.iter().find(|(p, _, _)| p.cell == cell))
+                .map(|(p, _, _)| p)
+        };
         for (i, (p, label, _)) in places.iter().enumerate() {
-            let pad = " ".repeat(width);
-            if i == 0 || places[i - 1].0.cell != p.cell {
+            let previous = i.checked_sub(1).map(|j| &places[j].0);
+            if previous.is_none_or(|q| q.cell != p.cell) {
+                let at = pointed(p.cell).unwrap_or(p);
                 text.push_str(&format!(
                     "{pad}--> cell [{}], line {}:{}\n",
-                    p.cell, p.line, p.col_start
+                    at.cell, at.line, at.col_start
                 ));
             }
-            text.push_str(&format!("{pad} |\n{:>width$} | {}\n", p.line, p.text));
+            if previous.is_none_or(|q| (q.cell, q.line) != (p.cell, p.line)) {
+                text.push_str(&format!("{pad} |\n{:>width$} | {}\n", p.line, p.text));
+            }
             let caret = format!(
                 "{}{}",
                 " ".repeat(p.col_start - 1),
