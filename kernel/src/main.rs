@@ -1,12 +1,14 @@
 //! `neuronlab-kernel`: the Jupyter kernel (started by Jupyter with a connection file), and
 //! the commands that install its kernelspec.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use neuronlab_kernel::install::{self, Place};
 use neuronlab_kernel::server;
+use neuronlab_session::{Output, Session};
 
 // The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
 #[global_allocator]
@@ -31,8 +33,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Installs the kernelspec `neuronlab` (kernel.json and logos); --user by default.
-    Install(Location),
+    /// Installs the kernelspec `neuronlab` (kernel.json and logos); --user by default. Then
+    /// builds the standard library and the SDK for Rust cells, so the first cell is fast.
+    Install {
+        #[command(flatten)]
+        location: Location,
+        /// Only install: leave the build of the standard library and the SDK to the first
+        /// Rust cell (about a minute).
+        #[arg(long)]
+        no_prebuild: bool,
+    },
     /// Removes the kernelspec `neuronlab`; --user by default.
     Uninstall(Location),
 }
@@ -65,7 +75,17 @@ impl Location {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match (cli.command, cli.connection_file) {
-        (Some(Command::Install(location)), _) => install_here(&location.place()),
+        (
+            Some(Command::Install {
+                location,
+                no_prebuild,
+            }),
+            _,
+        ) => install_here(&location.place()).map(|()| {
+            if !no_prebuild {
+                prebuild();
+            }
+        }),
         (Some(Command::Uninstall(location)), _) => {
             install::uninstall(&location.place()).map(|removed| match removed {
                 Some(dir) => println!("removed the kernelspec {}", dir.display()),
@@ -87,6 +107,35 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "neuronlab-kernel: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Builds what Rust cells link, with progress on stderr. Installing still succeeds when it
+/// cannot (no wasm32 toolchain, say): the note says why and what the first cell will do.
+fn prebuild() {
+    let mut session = match Session::from_env() {
+        Ok(session) => session,
+        Err(e) => {
+            eprintln!("note: no prebuild of the standard library and the SDK: {e}");
+            return;
+        }
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let mut failed = None;
+    session.prebuild(&mut |output| match output {
+        Output::Progress(progress) => {
+            if let Some(text) = progress.terminal_text(terminal) {
+                eprint!("{text}");
+            }
+        }
+        Output::Error(e) => failed = Some(e.head()),
+        _ => {}
+    });
+    if let Some(why) = failed {
+        eprintln!(
+            "note: the standard library and the SDK were not prebuilt, so the first Rust cell \
+             builds them (about a minute): {why}"
+        );
     }
 }
 

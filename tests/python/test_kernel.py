@@ -227,7 +227,7 @@ def test_an_interrupt_stops_a_runaway_cell_and_keeps_state(kernel, cell, how):
 @pytest.mark.parametrize(
     "cell, ename, evalue, at",
     [
-        ('let v = vec![1];\nlet x = v[3];', "Panic", "index out of bounds", r"cell\[\d+\]:2:9"),
+        ('let v = vec![1];\nlet x = v[3];', "Panic", "index out of bounds", r"cell\[\d+\]:2:10"),
         # `?` on an op that fails: named after the op error, at the call's line, after ops ran.
         (
             "let a = neuronlab::randn(&[2, 3])?;\nlet b = neuronlab::randn(&[4])?;\nlet c = a.add(&b)?;",
@@ -256,6 +256,40 @@ def test_a_failing_cell_has_one_output_named_after_its_cause(kernel, cell, ename
     assert traceback.count("mismatched types") <= 1, traceback
     if ename == "OpError":
         assert "before it stopped, the cell ran: 2 ops" in traceback, traceback
+
+
+def test_a_first_build_shows_its_progress_in_one_updating_display(tmp_path):
+    """On a machine (here: a cache folder) that never built a cell, the first cell builds
+    the standard library and the SDK; its progress is one display, updated in place, not
+    stderr."""
+    env = {**kernel_env(), "NEURONLAB_CACHE_DIR": str(tmp_path / "cache")}
+    km, kc = start_new_kernel(kernel_name=KERNEL_NAME, env=env)
+    try:
+        reply, messages = run_cell(kc, "let first = 1;", timeout=BUILD_TIMEOUT)
+        assert reply["status"] == "ok", messages
+        assert not [m for m in messages if m["msg_type"] == "stream"], messages
+        shown = [m for m in messages if m["msg_type"] == "display_data"]
+        assert len(shown) == 1, messages
+        display_id = shown[0]["content"]["transient"]["display_id"]
+        updates = [m["content"] for m in messages if m["msg_type"] == "update_display_data"]
+        assert updates and all(u["transient"]["display_id"] == display_id for u in updates)
+        texts_shown = [shown[0]["content"]["data"]["text/plain"]] + [
+            u["data"]["text/plain"] for u in updates
+        ]
+        counts = [tuple(map(int, m.groups())) for t in texts_shown if (m := re.search(r"(\d+)/(\d+) crates", t))]
+        assert counts, texts_shown
+        total = counts[0][1]
+        assert all(t == total for _, t in counts) and total > 10, counts
+        assert [d for d, _ in counts] == sorted(d for d, _ in counts), counts
+        assert re.search(rf"done, {total} crates in \d+ s$", texts_shown[-1]), texts_shown[-1]
+        assert "<progress" in updates[-1]["data"]["text/html"]
+        # Built once: the next cell shows no progress at all.
+        reply, messages = run_cell(kc, "first + 1")
+        assert reply["status"] == "ok"
+        assert not [m for m in messages if m["msg_type"] in ("display_data", "stream")], messages
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
 
 
 def test_a_restart_gives_a_fresh_session_and_keeps_history(kernel):

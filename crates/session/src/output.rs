@@ -40,6 +40,88 @@ pub enum Output {
     Error(CellError),
     /// The cell's event summary (ops, modeled time, compiles, collectives).
     Summary(MimeBundle),
+    /// How far a long operation has come (the first build of the standard library and the
+    /// SDK, say): shown in place, each report replacing the last one of its id.
+    Progress(Progress),
+}
+
+/// A long operation's progress: the front ends show it in place (an updating display in
+/// Jupyter, one rewritten line on a terminal) from the text and fraction given here.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Which operation: a later report with the same id replaces the earlier one.
+    pub id: String,
+    /// What the operation is, as a phrase: `building the standard library and the SDK`.
+    pub what: String,
+    /// Steps done.
+    pub done: u64,
+    /// Of how many, once known.
+    pub total: Option<u64>,
+    /// What a step is, plural: `crates`.
+    pub unit: &'static str,
+    /// Time since the operation started.
+    pub elapsed: std::time::Duration,
+    /// Whether this is the last report: the operation ended.
+    pub finished: bool,
+}
+
+impl Progress {
+    /// `building the SDK: 12/29 crates · 8 s`, or at the end `building the SDK: done, 29
+    /// crates in 52 s`.
+    pub fn text(&self) -> String {
+        let secs = self.elapsed.as_secs();
+        if self.finished {
+            return format!(
+                "{}: done, {} {} in {secs} s",
+                self.what, self.done, self.unit
+            );
+        }
+        match self.total {
+            Some(total) => format!(
+                "{}: {}/{total} {} · {secs} s",
+                self.what,
+                self.done.min(total),
+                self.unit
+            ),
+            None => format!("{}: {} {} · {secs} s", self.what, self.done, self.unit),
+        }
+    }
+
+    /// The share done, from 0 to 1, once the total is known.
+    pub fn fraction(&self) -> Option<f64> {
+        match (self.finished, self.total) {
+            (true, _) => Some(1.0),
+            (false, Some(total)) if total > 0 => Some((self.done.min(total)) as f64 / total as f64),
+            _ => None,
+        }
+    }
+
+    /// What a line-oriented front end writes for this report: on a terminal, the line
+    /// rewritten in place (ended when the operation ends); elsewhere only the final report,
+    /// so a log gets one line.
+    pub fn terminal_text(&self, terminal: bool) -> Option<String> {
+        match (terminal, self.finished) {
+            (true, false) => Some(format!("\r\x1b[K{}", self.text())),
+            (true, true) => Some(format!("\r\x1b[K{}\n", self.text())),
+            (false, true) => Some(format!("{}\n", self.text())),
+            (false, false) => None,
+        }
+    }
+
+    /// The report as a bundle: the text, and in HTML a progress bar beside it.
+    pub fn bundle(&self) -> MimeBundle {
+        let bar = match self.fraction() {
+            Some(f) => {
+                format!("<progress value=\"{f:.3}\" max=\"1\" style=\"width:12em\"></progress> ")
+            }
+            None => "<progress style=\"width:12em\"></progress> ".to_string(),
+        };
+        let html = format!(
+            "<div style=\"font-family:monospace;font-size:12px;color:#555\">{bar}{}</div>",
+            crate::display::escape(&self.text())
+        );
+        MimeBundle::text(self.text()).with("text/html", html)
+    }
 }
 
 /// One value in several representations, keyed by MIME type (`text/plain` is always there).

@@ -7,6 +7,7 @@
 //! | `Display` | `display_data` |
 //! | `DisplayWithId` | `display_data` with the id in `transient`, or `update_display_data` |
 //! | `ClearOutput` | `clear_output` |
+//! | `Progress` | `display_data` with the progress id in `transient`, then `update_display_data` |
 //! | `Page` | a `page` payload in the reply (the notebook's pager) |
 //! | `Summary` (the cell's event summary) | `display_data`, metadata `{"neuronlab": {"kind": "summary"}}` |
 //! | `Result` | `execute_result` with the execution count |
@@ -16,6 +17,7 @@
 //! errors still go out) and stores no history; `store_history: false` stores no history, nor
 //! does an empty cell. Neither kind takes an execution count, as in ipykernel.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use jupyter_protocol::{
@@ -78,6 +80,8 @@ pub fn execute(
     let mut error: Option<CellError> = None;
     let mut result: Option<String> = None;
     let mut payload = Vec::new();
+    // The progress ids shown so far: a later report of one updates its display.
+    let mut progress_shown = HashSet::new();
     let outcome = session.execute_with(code, store_history, &mut |output| match output {
         Output::Stdout(text) => stream(outbox, request, Stream::Stdout, text),
         Output::Stderr(text) => stream(outbox, request, Stream::Stderr, text),
@@ -103,6 +107,19 @@ pub fn execute(
             data: media(&bundle),
             start: 0,
         }),
+        Output::Progress(progress) => {
+            let bundle = progress.bundle();
+            let message = match progress_shown.insert(progress.id.clone()) {
+                false => request.child(UpdateDisplayData::new(media(&bundle), &progress.id)),
+                true => request.child(DisplayData {
+                    transient: Some(Transient {
+                        display_id: Some(progress.id),
+                    }),
+                    ..display_data(&bundle, None)
+                }),
+            };
+            send_iopub(outbox, message);
+        }
         Output::Summary(bundle) => {
             if !silent {
                 let kind = json!({"neuronlab": {"kind": "summary"}});

@@ -4,6 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
+use neuronlab_session::output::Progress;
 use neuronlab_session::{CellError, Output};
 
 /// ANSI styles, applied only when colour is on.
@@ -57,6 +58,8 @@ pub struct Renderer {
     /// The display id shown last and its height in lines, while nothing has been written
     /// after it (so an update of it can move up and redraw it).
     last_display: Option<(String, usize)>,
+    /// Whether the current stdout line is a progress line, which the next report rewrites.
+    progress_line: bool,
 }
 
 impl Default for Renderer {
@@ -75,6 +78,7 @@ impl Renderer {
             err_at_line_start: true,
             terminal_out: std::io::stdout().is_terminal(),
             last_display: None,
+            progress_line: false,
         }
     }
 
@@ -120,6 +124,7 @@ impl Renderer {
                 self.err_line_start();
                 self.err(&error_text(&error, self.colour_err));
             }
+            Output::Progress(progress) => self.progress(&progress),
             Output::Summary(bundle) => {
                 self.err_line_start();
                 self.out_line_start();
@@ -131,6 +136,19 @@ impl Renderer {
                 self.out("\n");
             }
         }
+    }
+
+    /// A progress report, as [`Progress::terminal_text`] says: on a terminal one line
+    /// rewritten in place, kept when the operation ends; elsewhere the final report alone.
+    fn progress(&mut self, progress: &Progress) {
+        let Some(text) = progress.terminal_text(self.terminal_out) else {
+            return;
+        };
+        if !self.progress_line {
+            self.out_line_start();
+        }
+        self.out(&text);
+        self.progress_line = self.terminal_out && !progress.finished;
     }
 
     /// Ends the cell: a partial last line is finished so the next prompt starts at column 0.
@@ -149,6 +167,7 @@ impl Renderer {
         let _ = out.flush();
         self.out_at_line_start = text.ends_with('\n');
         self.last_display = None;
+        self.progress_line = false;
     }
 
     /// Writes `text` to stderr as it is.

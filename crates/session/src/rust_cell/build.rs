@@ -5,12 +5,13 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
 use super::codegen::{Generated, KeptItem, SourceMap, CELL_FILE};
+use crate::output::Progress;
 use crate::toolchain::{wasm_path, Toolchain};
 
 /// The package name of the cell crate in `dir`. Sessions share one target folder (so the
@@ -104,14 +105,23 @@ pub enum BuildFailure {
     Interrupted,
 }
 
-/// Builds the crate in `crate_dir` into `target_dir`. `progress` is called once if the build
-/// takes more than a second (the first build compiles the standard library and the SDK).
+/// What a build reports while it runs: the progress of the crates it compiles besides the
+/// cell's own (the standard library and the SDK, on a machine's first build).
+const BUILD_WHAT: &str =
+    "building the standard library and the neuronlab SDK for wasm32 (once per machine)";
+/// The least time between two progress reports.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// Builds the crate in `crate_dir` into `target_dir`. When crates besides the cell's own
+/// need compiling (the first build of a machine compiles the standard library and the SDK,
+/// about a minute), `progress` gets reports of how many are built of how many, ending with
+/// a finished one; a build of the cell alone reports nothing.
 pub fn build(
     toolchain: &Toolchain,
     crate_dir: &Path,
     target_dir: &Path,
     interrupt: &Arc<AtomicBool>,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf, BuildFailure> {
     let mut command = toolchain.build_command(crate_dir, target_dir);
     // In a process group of its own, a Ctrl-C at the terminal reaches the session (which
@@ -126,14 +136,27 @@ pub fn build(
         .map_err(|e| BuildFailure::Tool(format!("cannot run cargo: {e}")))?;
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
+    let own_manifest = crate_dir.join("Cargo.toml");
+    let (artifacts, built) = mpsc::channel::<Artifact>();
     let diagnostics = std::thread::spawn(move || {
-        BufReader::new(stdout)
+        let mut diagnostics = Vec::new();
+        let messages = BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
-            .filter_map(|line| serde_json::from_str::<CargoMessage>(&line).ok())
-            .filter(|m| m.reason == "compiler-message")
-            .filter_map(|m| m.message)
-            .collect::<Vec<Diagnostic>>()
+            .filter_map(|line| serde_json::from_str::<CargoMessage>(&line).ok());
+        for m in messages {
+            match m.reason.as_str() {
+                "compiler-message" => diagnostics.extend(m.message),
+                "compiler-artifact" => {
+                    let own = m.manifest_path.as_deref() == Some(own_manifest.as_path());
+                    let _ = artifacts.send(Artifact {
+                        dependency_built: !own && m.fresh == Some(false),
+                    });
+                }
+                _ => {}
+            }
+        }
+        diagnostics
     });
     let errors = std::thread::spawn(move || {
         let mut text = String::new();
@@ -141,7 +164,7 @@ pub fn build(
         text
     });
     let started = Instant::now();
-    let mut told = false;
+    let mut crates = CrateCount::default();
     let status = loop {
         if interrupt.load(Ordering::SeqCst) {
             let _ = child.kill();
@@ -153,19 +176,20 @@ pub fn build(
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(BuildFailure::Tool(format!("cannot wait for cargo: {e}"))),
         }
-        if !told && started.elapsed() > Duration::from_secs(1) {
-            told = true;
-            progress(
-                "building the cell for wasm32 (the first cell of a machine also builds the \
-                 standard library and the neuronlab SDK: about a minute; later cells take \
-                 well under a second)...\n",
-            );
+        for artifact in built.try_iter() {
+            crates.built += 1;
+            if artifact.dependency_built && crates.total.is_none() {
+                crates.total = Some(unit_count(toolchain, crate_dir, target_dir));
+            }
         }
+        crates.report(started, false, progress);
     };
     if interrupt.load(Ordering::SeqCst) {
         return Err(BuildFailure::Interrupted);
     }
     let diagnostics = diagnostics.join().unwrap_or_default();
+    crates.built += built.try_iter().count() as u64;
+    crates.report(started, true, progress);
     let cargo_stderr = errors.join().unwrap_or_default();
     let wasm = wasm_path(target_dir, &package_name(crate_dir));
     if status.success() && wasm.is_file() {
@@ -186,10 +210,86 @@ pub fn build(
     Err(BuildFailure::Compile(errors))
 }
 
+/// A crate cargo finished (built now or found fresh).
+struct Artifact {
+    /// A crate other than the cell's own was compiled now: the build is a long one.
+    dependency_built: bool,
+}
+
+/// The crates of a build: how many are done and, once the build turns out to compile more
+/// than the cell, how many it has in all (which starts the reports).
+#[derive(Default)]
+struct CrateCount {
+    built: u64,
+    total: Option<Option<u64>>,
+    last_report: Option<(Instant, u64)>,
+}
+
+impl CrateCount {
+    /// Reports progress when the build is a long one: at most every [`REPORT_EVERY`] and
+    /// only on a change, and once when it ends.
+    fn report(&mut self, started: Instant, finished: bool, progress: &mut dyn FnMut(Progress)) {
+        let Some(total) = self.total else {
+            return;
+        };
+        // A new crate is worth a report; a long crate still gets one a second, for the clock.
+        let due = match self.last_report {
+            None => true,
+            Some((at, built)) => {
+                (built != self.built && at.elapsed() >= REPORT_EVERY)
+                    || at.elapsed() >= Duration::from_secs(1)
+            }
+        };
+        if !(due || finished) {
+            return;
+        }
+        self.last_report = Some((Instant::now(), self.built));
+        progress(Progress {
+            id: "neuronlab-build".to_string(),
+            what: BUILD_WHAT.to_string(),
+            done: self.built,
+            total,
+            unit: "crates",
+            elapsed: started.elapsed(),
+            finished,
+        });
+    }
+}
+
+/// How many crates the build of `crate_dir` compiles in all, from cargo's unit graph (a
+/// query that builds nothing, in a folder of its own so it does not wait for the build's
+/// lock); `None` when cargo cannot say.
+fn unit_count(toolchain: &Toolchain, crate_dir: &Path, target_dir: &Path) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct UnitGraph {
+        units: Vec<Unit>,
+    }
+    #[derive(Deserialize)]
+    struct Unit {
+        mode: String,
+    }
+    let output = toolchain
+        .build_command(crate_dir, &target_dir.join("unit-graph"))
+        .args(["--unit-graph", "-Z", "unstable-options"])
+        // The unit graph is unstable: the bootstrap switch lets a stable cargo print it.
+        .env("RUSTC_BOOTSTRAP", "1")
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let graph: UnitGraph = serde_json::from_slice(&output.stdout).ok()?;
+    // Running a build script is a unit without an artifact of its own.
+    let built = graph.units.iter().filter(|u| u.mode != "run-custom-build");
+    Some(built.count() as u64)
+}
+
 #[derive(Deserialize)]
 struct CargoMessage {
     reason: String,
     message: Option<Diagnostic>,
+    /// For `compiler-artifact`: whether cargo found it up to date.
+    fresh: Option<bool>,
+    /// For `compiler-artifact`: the manifest of the crate's package.
+    manifest_path: Option<PathBuf>,
 }
 
 /// One rustc diagnostic, as `--message-format=json` gives it.
