@@ -6,9 +6,10 @@ Two measurements, alternating between the kernels so both see the same machine s
 1. start: wall time from before KernelManager.start_kernel to the first kernel_info_reply
    (start_kernel + client.start_channels + kernel_info, waiting for the reply);
 2. execute: wall time from sending an execute_request to the kernel's idle status for it,
-   median over --requests requests after a warm-up. neuronlab gets two rows: a magic cell
-   (`%help load`, no build) and a trivial Rust cell (`1 + 1`, built for wasm32); ipykernel
-   runs `1 + 1`.
+   median over --requests requests after a warm-up. neuronlab gets three rows: a magic cell
+   (`%help load`, no build), a trivial Rust cell run again unchanged (`1 + 1`: the session
+   reuses its build), and a small Rust cell that changes every time (`1 + N`, a new N per
+   request: built for wasm32 each time); ipykernel runs `1 + 1`.
 
 A benchmark, not a test:  cargo build --release -p neuronlab-kernel
                           python3 bench/kernel_latency.py [--kernel-bin PATH] [-n 5] [--requests 20]
@@ -151,11 +152,17 @@ def run(args, env: dict[str, str]) -> None:
             starts[name].append(elapsed)
             log(f"start {i + 1}/{args.n} {name}: {elapsed * 1e3:.1f} ms")
 
+    # `{n}` in a cell is replaced by a number no earlier request of the row used.
     rows = {
         "neuronlab  %help load": (NEURONLAB, "%help load"),
-        "neuronlab  1 + 1 (Rust)": (NEURONLAB, "1 + 1"),
+        "neuronlab  1 + 1 (Rust, unchanged)": (NEURONLAB, "1 + 1"),
+        "neuronlab  1 + N (Rust, changed)": (NEURONLAB, "1 + {n}"),
         "ipykernel  1 + 1": (IPYKERNEL, "1 + 1"),
     }
+
+    def cell(code: str, n: int) -> str:
+        return code.replace("{n}", str(1000 + n))
+
     kernels = {}
     try:
         for name in (NEURONLAB, IPYKERNEL):
@@ -164,13 +171,13 @@ def run(args, env: dict[str, str]) -> None:
         log("warm-up (the first Rust cell may build the standard library)")
         for label, (name, code) in rows.items():
             kc = kernels[name][1]
-            execute(kc, code, timeout=BUILD_TIMEOUT)
-            execute(kc, code)
+            execute(kc, cell(code, -2), timeout=BUILD_TIMEOUT)
+            execute(kc, cell(code, -1))
             drain_iopub(kc)
         times: dict[str, list[float]] = {label: [] for label in rows}
         for r in range(args.requests):
             for label, (name, code) in rows.items():
-                times[label].append(execute(kernels[name][1], code))
+                times[label].append(execute(kernels[name][1], cell(code, r)))
             log(f"execute {r + 1}/{args.requests}: "
                 + ", ".join(f"{' '.join(label.split())} {t[-1] * 1e3:.1f} ms" for label, t in times.items()))
     finally:
@@ -182,7 +189,7 @@ def run(args, env: dict[str, str]) -> None:
           f"Python {sys.version.split()[0]}")
     print(f"kernel: {args.kernel_bin}")
     print()
-    header = f"{'measurement':<42}{'median ms':>11}{'min ms':>10}{'vs ipykernel':>14}"
+    header = f"{'measurement':<52}{'median ms':>11}{'min ms':>10}{'vs ipykernel':>14}"
     print(header)
     print("-" * len(header))
     ipy_start = ms(starts[IPYKERNEL])
@@ -190,11 +197,11 @@ def run(args, env: dict[str, str]) -> None:
     for name, label in ((NEURONLAB, "neuronlab"), (IPYKERNEL, "ipykernel")):
         med, lo = ms(starts[name])
         ratio = f"{med / ipy_start[0]:.2f}x" if name == NEURONLAB else ""
-        print(f"{'start to kernel_info_reply  ' + label:<42}{med:>11.1f}{lo:>10.1f}{ratio:>14}")
+        print(f"{'start to kernel_info_reply  ' + label:<52}{med:>11.1f}{lo:>10.1f}{ratio:>14}")
     for label in rows:
         med, lo = ms(times[label])
         ratio = "" if label.startswith("ipykernel") else f"{med / ipy_exec[0]:.2f}x"
-        print(f"{'execute to idle  ' + label:<42}{med:>11.1f}{lo:>10.1f}{ratio:>14}")
+        print(f"{'execute to idle  ' + label:<52}{med:>11.1f}{lo:>10.1f}{ratio:>14}")
     print()
     print(f"start: median and min of {args.n} starts each; execute: of {args.requests} requests "
           "each after a warm-up; ratio = median neuronlab / median ipykernel")

@@ -91,7 +91,8 @@ enum Command {
         /// Run as this many ranks, one per NeuronCore, as `torchrun --nproc_per_node`.
         #[arg(long, default_value_t = 1)]
         nproc: u32,
-        /// Show every rank's output (by default only rank 0's).
+        /// Show every rank's output (by default only rank 0's); what several ranks print
+        /// alike shows once, as `[ranks 0-3]: `.
         #[arg(long)]
         all_ranks: bool,
         /// Seconds a collective waits for missing ranks before it reports a deadlock

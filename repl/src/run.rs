@@ -56,8 +56,10 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     }
     let _ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
+    let module = session
+        .load_module(path)
+        .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let request = RunRequest {
-        path,
         nproc: options.nproc,
         entry: &options.entry,
         args: &options.args,
@@ -65,7 +67,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         all_ranks: options.all_ranks,
     };
     let report = session
-        .run_module(&request, &mut |o| renderer.output(0, o))
+        .run_module(&module, &request, &mut |o| renderer.output(0, o))
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     renderer.finish();
     let events = session.runtime().bus().events();

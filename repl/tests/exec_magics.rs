@@ -379,8 +379,7 @@ fn every_magic_with_good_and_bad_arguments() {
         ok(
             format!("%spmd 2 {} --all-ranks", dir.file("ranks.wat")),
             &[
-                "[rank0]: all_reduce gave 3",
-                "[rank1]: all_reduce gave 3",
+                "[ranks 0-1]: all_reduce gave 3",
                 "collectives 2",
             ],
         ),

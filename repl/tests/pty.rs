@@ -116,6 +116,8 @@ fn an_unfinished_cell_continues_and_ctrl_c_at_the_prompt_drops_it() {
     // An open brace: Enter continues the cell instead of running it. (Run, it would be a
     // syntax error, and the prompt would move on to In [2].)
     repl.type_lines(&["fn f() {"]);
+    // The new line shows that the cell goes on.
+    repl.expect("   ...:     ");
     repl.send("let y = 1;");
     std::thread::sleep(Duration::from_millis(200));
     // Ctrl-C at the prompt drops the whole unfinished cell.
@@ -169,7 +171,8 @@ fn ctrl_c_interrupts_a_runaway_wat_cell_and_the_session_goes_on() {
     repl.expect("loaded wat1");
     repl.prompt(2);
     repl.type_lines(RUNAWAY_WAT);
-    repl.expect("spinning");
+    // The output line, not the echo of the typed cell.
+    repl.expect("\r\nspinning");
     std::thread::sleep(Duration::from_millis(300));
     repl.send("\x03");
     repl.expect("Interrupt");
@@ -210,6 +213,10 @@ fn rust_cells_keep_their_tensors_and_survive_ctrl_c() {
     repl.expect("Out[4]:");
     repl.expect("tensor(");
     repl.prompt(5);
+    // A string that spans lines holds what was typed, not the continuation prompt's room.
+    repl.type_lines(&["let text = \"a", "b\"; text.len()"]);
+    repl.expect("Out[5]: 3");
+    repl.prompt(6);
     // A runaway cell, stopped with Ctrl-C once it is running.
     repl.type_lines(&["println!(\"spinning\"); loop {}"]);
     // The output line, not the echo of the typed cell.
@@ -217,10 +224,10 @@ fn rust_cells_keep_their_tensors_and_survive_ctrl_c() {
     std::thread::sleep(Duration::from_millis(300));
     repl.send("\x03");
     repl.expect("Interrupt");
-    repl.prompt(6);
-    repl.type_lines(&["x"]);
-    repl.expect("Out[6]:");
-    repl.expect("tensor(");
     repl.prompt(7);
+    repl.type_lines(&["x"]);
+    repl.expect("Out[7]:");
+    repl.expect("tensor(");
+    repl.prompt(8);
     repl.leave();
 }

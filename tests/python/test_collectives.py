@@ -15,16 +15,27 @@ import pytest
 
 from test_experiments import module, run, tensor_after
 
-PREFIX = re.compile(r"^\[rank(\d+)\]: ", re.MULTILINE)
+# `[rank3]: ` for one rank, `[ranks 0-2, 5]: ` for a line several ranks printed alike.
+PREFIX = re.compile(r"^\[ranks? ?([\d, -]+)\]: ", re.MULTILINE)
+
+
+def ranks_of(label: str) -> list[int]:
+    """The ranks a prefix names: `3`, or `0-2, 5` (ranges and single ranks)."""
+    ranks = []
+    for part in label.split(", "):
+        first, _, last = part.partition("-")
+        ranks.extend(range(int(first), int(last or first) + 1))
+    return ranks
 
 
 def by_rank(stdout: str) -> dict[int, str]:
-    """Each rank's output with its `[rankN]: ` prefixes removed."""
+    """Each rank's output with its `[rankN]: ` and `[ranks ...]: ` prefixes removed."""
     lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
         m = PREFIX.match(line)
         assert m, f"an unprefixed line in a multi-rank run: {line!r}"
-        lines.setdefault(int(m.group(1)), []).append(line[m.end() :])
+        for rank in ranks_of(m.group(1)):
+            lines.setdefault(rank, []).append(line[m.end() :])
     return {rank: "\n".join(ls) + "\n" for rank, ls in lines.items()}
 
 
@@ -90,6 +101,9 @@ def test_mesh_4x8_lays_out_32_ranks_like_torch_and_moves_exact_data():
         expected = [float(mesh[fsdp, :].sum()), 4.0]
         assert f"over the tp group: {expected}" in text, text
         assert "mesh-4x8: OK" in text
+    # What all 32 ranks print alike shows once, with the ranks that printed it.
+    assert r.stdout.count("mesh-4x8: OK") == 1, r.stdout
+    assert "[ranks 0-31]: mesh-4x8: OK" in r.stdout, r.stdout
     # Every rank's collectives are counted in the summary on stderr.
     m = re.search(r"collectives (\d+)", r.stderr)
     assert m and int(m.group(1)) % 32 == 0, r.stderr

@@ -31,7 +31,8 @@ pub const ABI_MINOR: u32 = 7;
 /// How often the epoch advances; deadlines and interrupts are noticed within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-/// A module compiled for this host, with where it came from.
+/// A module compiled for this host, with where it came from. Cloning shares the compiled code.
+#[derive(Clone)]
 pub struct GuestModule {
     module: Module,
     /// A name for messages (the file name).

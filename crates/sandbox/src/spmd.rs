@@ -6,9 +6,10 @@
 //! waiting in a collective sleeps.
 //!
 //! [`RankOutputs`] turns the ranks' output into what a user reads: lines prefixed with
-//! `[rank3]: ` as torchrun prints them, and by default only rank 0's.
+//! `[rank3]: ` as torchrun prints them, by default only rank 0's, and with every rank shown,
+//! what several ranks print alike once, as `[ranks 0-31]: `.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::Shared;
@@ -162,29 +163,58 @@ fn run_rank(
 /// Which ranks' output a user sees, and how it is labelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RankView {
+    /// How many ranks run.
+    pub ranks: u32,
     /// Show every rank, not only rank 0.
     pub all_ranks: bool,
     /// Prefix lines with `[rankN]: ` (for launches of more than one rank).
     pub prefix: bool,
 }
 
+/// How far one shown rank may run ahead of the slowest before its records go out without
+/// waiting to be matched: a rank that prints much more than the others is not held back
+/// to the end.
+const MAX_AHEAD: usize = 64;
+
+/// One thing a rank printed: a whole line, or a whole tensor's text.
+#[derive(Clone, PartialEq, Eq)]
+struct Record {
+    stderr: bool,
+    text: String,
+}
+
 /// Turns the tagged output of ranks into the stream a user reads: output of hidden ranks is
 /// dropped; with prefixes, text is cut into lines, each prefixed with its rank, and tensors are
 /// formatted as text so that their lines get prefixes too. Partial lines wait for their end
 /// (or for [`RankOutputs::finish`]), so ranks' lines never interleave mid-line.
+///
+/// With every rank shown, the n-th records of the ranks go out together once each shown rank
+/// has printed its n-th (or at the end), and ranks that printed the same record share one
+/// `[ranks 0-3, 6]: ` prefix: 32 ranks printing the same tensor show it once.
 pub struct RankOutputs {
     view: RankView,
     sink: Box<dyn Fn(GuestOutput) + Send + Sync>,
-    partial: Mutex<HashMap<(u32, bool), String>>,
+    state: Mutex<Pending>,
+}
+
+/// What waits to be shown: each rank's partial lines and its records not yet delivered.
+#[derive(Default)]
+struct Pending {
+    partial: HashMap<(u32, bool), String>,
+    records: Vec<VecDeque<Record>>,
 }
 
 impl RankOutputs {
     /// Output shown as `view` says, delivered to `sink`.
     pub fn new(view: RankView, sink: Box<dyn Fn(GuestOutput) + Send + Sync>) -> RankOutputs {
+        let shown = if view.all_ranks { view.ranks.max(1) } else { 1 };
         RankOutputs {
             view,
             sink,
-            partial: Mutex::new(HashMap::new()),
+            state: Mutex::new(Pending {
+                partial: HashMap::new(),
+                records: vec![VecDeque::new(); shown as usize],
+            }),
         }
     }
 
@@ -202,27 +232,43 @@ impl RankOutputs {
             GuestOutput::Stderr(text) => self.lines(rank, true, &text),
             GuestOutput::Tensor(t) => {
                 let text = format_tensor(&t, &FormatOptions::default()) + "\n";
-                self.lines(rank, false, &text)
+                self.push(
+                    rank,
+                    vec![Record {
+                        stderr: false,
+                        text,
+                    }],
+                );
             }
             rich => (self.sink)(rich),
         }
     }
 
-    /// Delivers every partial line still waiting for its end.
+    /// Delivers everything still waiting: partial lines as lines, and every record.
     pub fn finish(&self) {
-        let partial =
-            std::mem::take(&mut *self.partial.lock().unwrap_or_else(PoisonError::into_inner));
-        let mut rest: Vec<_> = partial.into_iter().filter(|(_, t)| !t.is_empty()).collect();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut rest: Vec<_> = std::mem::take(&mut state.partial)
+            .into_iter()
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
         rest.sort_by_key(|((rank, stderr), _)| (*rank, *stderr));
         for ((rank, stderr), text) in rest {
-            self.deliver(stderr, format!("[rank{rank}]: {text}\n"));
+            if let Some(queue) = state.records.get_mut(rank as usize) {
+                queue.push_back(Record {
+                    stderr,
+                    text: text + "\n",
+                });
+            }
+        }
+        while state.records.iter().any(|q| !q.is_empty()) {
+            self.deliver_row(&mut state);
         }
     }
 
     fn lines(&self, rank: u32, stderr: bool, text: &str) {
         let complete = {
-            let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
-            let buffer = partial.entry((rank, stderr)).or_default();
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let buffer = state.partial.entry((rank, stderr)).or_default();
             buffer.push_str(text);
             match buffer.rfind('\n') {
                 Some(end) => {
@@ -232,20 +278,78 @@ impl RankOutputs {
                 None => return,
             }
         };
-        let prefixed: String = complete
+        let records = complete
             .lines()
-            .map(|line| format!("[rank{rank}]: {line}\n"))
+            .map(|line| Record {
+                stderr,
+                text: format!("{line}\n"),
+            })
             .collect();
-        self.deliver(stderr, prefixed);
+        self.push(rank, records);
     }
 
-    fn deliver(&self, stderr: bool, text: String) {
-        (self.sink)(if stderr {
-            GuestOutput::Stderr(text)
-        } else {
-            GuestOutput::Stdout(text)
-        });
+    /// Queues `records` of `rank` and delivers every row that is complete (or overdue).
+    fn push(&self, rank: u32, records: Vec<Record>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(queue) = state.records.get_mut(rank as usize) else {
+            return;
+        };
+        queue.extend(records);
+        while state.records.iter().all(|q| !q.is_empty())
+            || state.records.iter().any(|q| q.len() > MAX_AHEAD)
+        {
+            self.deliver_row(&mut state);
+        }
     }
+
+    /// Delivers the first record of every rank that has one, ranks printing the same record
+    /// under one prefix, in the order of their lowest rank.
+    fn deliver_row(&self, state: &mut Pending) {
+        let mut groups: Vec<(Record, Vec<u32>)> = Vec::new();
+        for (rank, queue) in state.records.iter_mut().enumerate() {
+            let Some(record) = queue.pop_front() else {
+                continue;
+            };
+            match groups.iter_mut().find(|(r, _)| *r == record) {
+                Some((_, ranks)) => ranks.push(rank as u32),
+                None => groups.push((record, vec![rank as u32])),
+            }
+        }
+        for (record, ranks) in groups {
+            let prefix = rank_label(&ranks);
+            let text: String = record
+                .text
+                .lines()
+                .map(|line| format!("{prefix}: {line}\n"))
+                .collect();
+            (self.sink)(match record.stderr {
+                true => GuestOutput::Stderr(text),
+                false => GuestOutput::Stdout(text),
+            });
+        }
+    }
+}
+
+/// `[rank3]`, or `[ranks 0-3, 6]` for several (ascending ranks, runs as ranges).
+fn rank_label(ranks: &[u32]) -> String {
+    if let [rank] = ranks {
+        return format!("[rank{rank}]");
+    }
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &rank in ranks {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == rank => *end = rank,
+            _ => runs.push((rank, rank)),
+        }
+    }
+    let runs: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
+        })
+        .collect();
+    format!("[ranks {}]", runs.join(", "))
 }
 
 #[cfg(test)]
@@ -269,6 +373,7 @@ mod tests {
     #[test]
     fn lines_are_prefixed_whole_and_hidden_ranks_dropped() {
         let (seen, out) = collect(RankView {
+            ranks: 2,
             all_ranks: false,
             prefix: true,
         });
@@ -285,21 +390,61 @@ mod tests {
     #[test]
     fn all_ranks_shows_every_rank_and_single_runs_pass_through() {
         let (seen, out) = collect(RankView {
+            ranks: 3,
             all_ranks: true,
             prefix: true,
         });
         out.emit(2, GuestOutput::Stderr("oops\n".into()));
         out.emit(0, GuestOutput::Stdout("ok\n".into()));
+        assert!(seen.lock().unwrap().is_empty(), "rank 1 has not printed");
+        out.emit(1, GuestOutput::Stdout("fine\n".into()));
         assert_eq!(
             seen.lock().unwrap().concat(),
-            "[rank2]: oops\n[rank0]: ok\n"
+            "[rank0]: ok\n[rank1]: fine\n[rank2]: oops\n"
         );
 
         let (seen, out) = collect(RankView {
+            ranks: 1,
             all_ranks: false,
             prefix: false,
         });
         out.emit(0, GuestOutput::Stdout("no newline".into()));
         assert_eq!(seen.lock().unwrap().concat(), "no newline");
+    }
+
+    #[test]
+    fn what_ranks_print_alike_shows_once_with_the_ranks_that_printed_it() {
+        let (seen, out) = collect(RankView {
+            ranks: 8,
+            all_ranks: true,
+            prefix: true,
+        });
+        for rank in 0..8 {
+            out.emit(rank, GuestOutput::Stdout("loss 1.5\nstep done".into()));
+            let own = if rank == 6 { "x = 2\n" } else { "x = 1\n" };
+            out.emit(rank, GuestOutput::Stdout(own.into()));
+        }
+        out.emit(3, GuestOutput::Stdout("rank 3 only\n".into()));
+        out.finish();
+        assert_eq!(
+            seen.lock().unwrap().concat(),
+            "[ranks 0-7]: loss 1.5\n\
+             [ranks 0-5, 7]: step donex = 1\n\
+             [rank6]: step donex = 2\n\
+             [rank3]: rank 3 only\n"
+        );
+    }
+
+    #[test]
+    fn a_rank_far_ahead_is_not_held_back_to_the_end() {
+        let (seen, out) = collect(RankView {
+            ranks: 2,
+            all_ranks: true,
+            prefix: true,
+        });
+        for i in 0..=MAX_AHEAD {
+            out.emit(0, GuestOutput::Stdout(format!("line {i}\n")));
+        }
+        assert_eq!(seen.lock().unwrap().first().unwrap(), "[rank0]: line 0\n");
     }
 }

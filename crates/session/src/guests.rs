@@ -2,13 +2,15 @@
 //! exports (`%run`), and a module as N ranks (`%spmd`). Their output streams into the cell's
 //! outputs as it happens; their tensors stay in the session's runtime and variables.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use wasmtime::ValType;
 
 use super::convert::{CellColumns, OutputConverter};
 use super::launch::RunRequest;
+use super::router::RunWatch;
 use super::rust_cell::build::{self, BuildFailure, UserSources};
+use super::rust_cell::cache;
 use super::rust_cell::codegen::{self, KeptItem, Restore};
 use super::rust_cell::parse;
 use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
@@ -109,7 +111,7 @@ impl Session {
     /// Builds and runs a Rust cell; an items-only cell keeps its items.
     pub(super) fn run_rust_cell(&mut self, code: &str, out: &mut dyn FnMut(Output)) -> Outcome {
         match self.build_rust_cell(code, out) {
-            Ok(Some(wasm)) => self.run_cell_module(&wasm, self.execution_count, out),
+            Ok(Some(module)) => self.run_cell_module(&module, self.execution_count, out),
             Ok(None) => Outcome::Ok,
             Err(outcome) => outcome,
         }
@@ -125,26 +127,35 @@ impl Session {
         }
     }
 
-    /// Builds a Rust cell into a module. An items-only cell keeps its items and gives `None`;
-    /// a failure has been reported and gives its outcome.
+    /// Builds a Rust cell into a module, or reuses the module of an identical earlier build.
+    /// An items-only cell keeps its items and gives `None`; a failure has been reported and
+    /// gives its outcome.
     pub(super) fn build_rust_cell(
         &mut self,
         code: &str,
         out: &mut dyn FnMut(Output),
-    ) -> Result<Option<PathBuf>, Outcome> {
+    ) -> Result<Option<GuestModule>, Outcome> {
         let cell_no = self.execution_count;
         let prepared = parse_cell(code, cell_no)
-            .and_then(|parsed| Ok((parsed, Toolchain::detect().map_err(no_toolchain)?)))
+            .and_then(|parsed| Ok((parsed, self.toolchain()?)))
             .and_then(|(parsed, toolchain)| {
                 let sdk = self.sdk_dir.clone().ok_or_else(no_sdk)?;
                 Ok((parsed, toolchain, sdk))
             });
         let (parsed, toolchain, sdk_dir) = prepared.map_err(|e| fail(out, e))?;
         let mut plan = self.plan_cell(code, &parsed);
+        let first = codegen::generate(code, &parsed, &plan.kept, &plan.restores, &plan.keeps);
+        let key = cache::key(&first, &toolchain, &sdk_dir);
+        if let Some(built) = self.built_cells.get(&key) {
+            self.cell_columns = Some(built.columns);
+            if plan.items_only {
+                self.kept = plan.kept;
+            }
+            return Ok(built.module);
+        }
         let target_dir = super::cell_target_dir();
+        let mut generated = first;
         let wasm = loop {
-            let generated =
-                codegen::generate(code, &parsed, &plan.kept, &plan.restores, &plan.keeps);
             if let Err(e) = build::write_crate(&self.work_dir, &sdk_dir, &generated) {
                 return Err(fail(out, CellError::new("SessionError", e)));
             }
@@ -157,15 +168,19 @@ impl Session {
                 &mut progress,
             );
             match built {
-                Ok(wasm) => {
-                    self.cell_columns = Some(CellColumns::of(&generated.map));
-                    break wasm;
-                }
+                Ok(wasm) => break wasm,
                 Err(BuildFailure::Compile(errors)) => {
                     let moved = build::moved_keeps(&errors, &generated.map);
                     if !moved.is_empty() {
                         // Moved bindings do not outlive the cell; build without keeping them.
                         plan.keeps.retain(|k| !moved.contains(k));
+                        generated = codegen::generate(
+                            code,
+                            &parsed,
+                            &plan.kept,
+                            &plan.restores,
+                            &plan.keeps,
+                        );
                         continue;
                     }
                     let sources = UserSources {
@@ -186,11 +201,33 @@ impl Session {
                 }
             }
         };
-        if plan.items_only {
-            self.kept = plan.kept;
-            return Ok(None);
+        let columns = CellColumns::of(&generated.map);
+        self.cell_columns = Some(columns);
+        let module = match plan.items_only {
+            true => {
+                self.kept = plan.kept;
+                None
+            }
+            false => Some(
+                self.sandbox
+                    .load_file(&wasm)
+                    .map_err(|e| fail(out, CellError::new(e.kind.name(), e.message)))?,
+            ),
+        };
+        let built = cache::BuiltCell {
+            module: module.clone(),
+            columns,
+        };
+        self.built_cells.insert(key, built);
+        Ok(module)
+    }
+
+    /// The wasm32 toolchain, found once per session (finding it runs the compiler).
+    fn toolchain(&mut self) -> Result<Toolchain, CellError> {
+        if self.toolchain.is_none() {
+            self.toolchain = Some(Toolchain::detect().map_err(no_toolchain)?);
         }
-        Ok(Some(wasm))
+        Ok(self.toolchain.clone().expect("found above"))
     }
 
     /// What the cell's crate keeps and restores: an items-only cell's items replace kept
@@ -241,18 +278,14 @@ impl Session {
         }
     }
 
-    /// Loads the cell's module and calls its `run` export.
+    /// Instantiates the cell's module and calls its `run` export.
     fn run_cell_module(
         &mut self,
-        wasm: &Path,
+        module: &GuestModule,
         cell_no: u32,
         out: &mut dyn FnMut(Output),
     ) -> Outcome {
-        let module = match self.sandbox.load_file(wasm) {
-            Ok(m) => m,
-            Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
-        };
-        let mut guest = match self.instantiate(&module) {
+        let mut guest = match self.instantiate(module) {
             Ok(g) => g,
             Err(e) => return fail(out, CellError::new(e.kind.name(), e.message)),
         };
@@ -285,9 +318,13 @@ impl Session {
         self.interrupter
             .set(Running::Guest(guest.interrupt_handle()));
         let mut converter = OutputConverter::new(cell_no, self.cell_columns.take());
+        let what = format!("running cell [{cell_no}]");
+        let bus = self.runtime.bus().clone();
+        let first = bus.next_seq();
+        let mut watch = RunWatch::new(what, || bus.next_seq() - first);
         let result = self
             .router
-            .stream(&mut converter, out, || guest.call(entry, args));
+            .stream(&mut converter, out, &mut watch, || guest.call(entry, args));
         self.interrupter.set(Running::Nothing);
         self.explanations = guest.compiled_explanations();
         match result {
@@ -429,21 +466,20 @@ impl Session {
     /// variables; a rank that fails is the cell's error.
     pub(super) fn run_spmd(
         &mut self,
-        path: &Path,
+        module: &GuestModule,
         nproc: u32,
         all_ranks: bool,
         guest_args: &[String],
         out: &mut dyn FnMut(Output),
     ) -> Outcome {
         let request = RunRequest {
-            path,
             nproc,
             entry: "run",
             args: &[],
             guest_args,
             all_ranks,
         };
-        let report = match self.run_module(&request, out) {
+        let report = match self.run_module(module, &request, out) {
             Ok(report) => report,
             Err(e) => return fail(out, e),
         };

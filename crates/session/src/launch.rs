@@ -8,16 +8,15 @@ use std::time::Duration;
 use neuronlab_sandbox::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
 };
-use neuronlab_sandbox::{ModuleSource, Shared};
+use neuronlab_sandbox::{GuestModule, ModuleSource, Shared};
 
 use super::convert::OutputConverter;
+use super::router::RunWatch;
 use super::{CellError, Output, Running, Session};
 
-/// What to run.
+/// How to run a module.
 #[derive(Clone, Copy, Debug)]
 pub struct RunRequest<'a> {
-    /// The module: `.wasm` or `.wat`.
-    pub path: &'a Path,
     /// How many ranks.
     pub nproc: u32,
     /// The export every rank calls.
@@ -60,19 +59,22 @@ impl RunReport {
 }
 
 impl Session {
-    /// Loads the module at `request.path` and runs it as `request.nproc` ranks, streaming
-    /// their output (prefixed with the rank when there are several) and the log lines
-    /// published meanwhile to `out`. An error is a module that does not load or a world that
-    /// cannot start; a rank that fails is in the report.
+    /// Loads the module at `path` (`.wasm` or `.wat`), checking its imports.
+    pub fn load_module(&self, path: &Path) -> Result<GuestModule, CellError> {
+        self.sandbox
+            .load_file(path)
+            .map_err(|e| CellError::new(e.kind.name(), e.message))
+    }
+
+    /// Runs `module` as `request.nproc` ranks, streaming their output (prefixed with the rank
+    /// when there are several) and the log lines published meanwhile to `out`. An error is a
+    /// world that cannot start; a rank that fails is in the report.
     pub fn run_module(
         &mut self,
+        module: &GuestModule,
         request: &RunRequest<'_>,
         out: &mut dyn FnMut(Output),
     ) -> Result<RunReport, CellError> {
-        let module = self
-            .sandbox
-            .load_file(request.path)
-            .map_err(|e| CellError::new(e.kind.name(), e.message))?;
         let options = SpmdOptions {
             nproc: request.nproc,
             entry: request.entry.to_string(),
@@ -81,6 +83,7 @@ impl Session {
             world: self.world.clone(),
         };
         let view = RankView {
+            ranks: request.nproc,
             all_ranks: request.all_ranks,
             prefix: request.nproc > 1,
         };
@@ -100,11 +103,18 @@ impl Session {
             args: request.guest_args.into(),
             ..self.shared.clone()
         };
-        let ranks = self.router.stream(&mut converter, out, || {
+        let what = match request.nproc {
+            1 => format!("running {}", module.name),
+            n => format!("running {} as {n} ranks", module.name),
+        };
+        let bus = runtime.bus().clone();
+        let first = bus.next_seq();
+        let mut watch = RunWatch::new(what, || bus.next_seq() - first);
+        let ranks = self.router.stream(&mut converter, out, &mut watch, || {
             let emit = outputs.clone();
             let ranks = launch(
                 sandbox,
-                &module,
+                module,
                 runtime,
                 shared,
                 &options,

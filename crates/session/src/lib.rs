@@ -223,6 +223,10 @@ pub struct Session {
     cell_events: Vec<CellEvents>,
     /// `(function, explanation)` of the functions the last cell compiled.
     explanations: Vec<(String, String)>,
+    /// The wasm32 toolchain, once a Rust cell found it.
+    toolchain: Option<toolchain::Toolchain>,
+    /// The session's latest Rust cell builds, reused when a cell is built again unchanged.
+    built_cells: rust_cell::cache::BuiltCells,
 }
 
 impl Session {
@@ -265,6 +269,8 @@ impl Session {
             cell_columns: None,
             cell_events: Vec::new(),
             explanations: Vec::new(),
+            toolchain: None,
+            built_cells: Default::default(),
         })
     }
 
@@ -361,7 +367,8 @@ impl Session {
                 sink(Output::Error(error));
             }
             None if worth_showing => {
-                let html = display::summary_html(&summary, &events);
+                let cores_per_chip = self.runtime.topology().cores_per_chip();
+                let html = display::summary_html(&summary, &events, cores_per_chip);
                 sink(Output::Summary(
                     MimeBundle::text(summary.to_string()).with("text/html", html),
                 ));

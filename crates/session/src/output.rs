@@ -63,6 +63,10 @@ pub struct Progress {
     pub elapsed: std::time::Duration,
     /// Whether this is the last report: the operation ended.
     pub finished: bool,
+    /// Whether the report is only for watching: what the operation shows when it ends says
+    /// the rest (a run's own output and summary), so a terminal's line is cleared at the end
+    /// and a log gets nothing.
+    pub transient: bool,
 }
 
 impl Progress {
@@ -100,11 +104,12 @@ impl Progress {
     /// rewritten in place (ended when the operation ends); elsewhere only the final report,
     /// so a log gets one line.
     pub fn terminal_text(&self, terminal: bool) -> Option<String> {
-        match (terminal, self.finished) {
-            (true, false) => Some(format!("\r\x1b[K{}", self.text())),
-            (true, true) => Some(format!("\r\x1b[K{}\n", self.text())),
-            (false, true) => Some(format!("{}\n", self.text())),
-            (false, false) => None,
+        match (terminal, self.finished, self.transient) {
+            (true, false, _) => Some(format!("\r\x1b[K{}", self.text())),
+            (true, true, true) => Some("\r\x1b[K".to_string()),
+            (true, true, false) => Some(format!("\r\x1b[K{}\n", self.text())),
+            (false, true, false) => Some(format!("{}\n", self.text())),
+            (false, _, _) => None,
         }
     }
 

@@ -4,11 +4,65 @@
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use neuronlab_sandbox::{GuestOutput, OutputSink};
 
 use super::convert::OutputConverter;
+use super::output::Progress;
 use super::Output;
+
+/// How long a run goes before it reports progress: most cells end well before.
+const QUIET_FOR: Duration = Duration::from_secs(2);
+/// How often a long run reports.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// The progress of a run while it streams: nothing for its first [`QUIET_FOR`], then a
+/// report every [`REPORT_EVERY`] of how many events it has published so far, and a last,
+/// transient one when it ends (its output and summary say the rest).
+pub(super) struct RunWatch<'a> {
+    what: String,
+    started: Instant,
+    last: Option<Instant>,
+    events: Box<dyn Fn() -> u64 + 'a>,
+}
+
+impl<'a> RunWatch<'a> {
+    /// Watches the run `what` (`running cell [3]`); `events` counts what it has published.
+    pub(super) fn new(what: String, events: impl Fn() -> u64 + 'a) -> RunWatch<'a> {
+        RunWatch {
+            what,
+            started: Instant::now(),
+            last: None,
+            events: Box::new(events),
+        }
+    }
+
+    /// The report due now, if any; at the end, the last one if any came before.
+    fn report(&mut self, finished: bool) -> Option<Progress> {
+        let elapsed = self.started.elapsed();
+        let due = match (self.last, finished) {
+            (None, true) => false,
+            (Some(_), true) => true,
+            (None, false) => elapsed >= QUIET_FOR,
+            (Some(at), false) => at.elapsed() >= REPORT_EVERY,
+        };
+        if !due {
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(Progress {
+            id: "neuronlab-run".to_string(),
+            what: self.what.clone(),
+            done: (self.events)(),
+            total: None,
+            unit: "events",
+            elapsed,
+            finished,
+            transient: true,
+        })
+    }
+}
 
 /// One item on the way to the front end.
 enum Routed {
@@ -64,12 +118,13 @@ impl OutputRouter {
         }
     }
 
-    /// Runs `call` on its own thread while this thread passes its output, and the log lines
-    /// published meanwhile, to `out`.
+    /// Runs `call` on its own thread while this thread passes its output, the log lines
+    /// published meanwhile and the reports of `watch` to `out`.
     pub(super) fn stream<R: Send>(
         &self,
         converter: &mut OutputConverter,
         out: &mut dyn FnMut(Output),
+        watch: &mut RunWatch<'_>,
         call: impl FnOnce() -> R + Send,
     ) -> R {
         self.flush_logs(out);
@@ -82,15 +137,23 @@ impl OutputRouter {
                 self.state().tx = None;
                 r
             });
-            for routed in rx {
-                match routed {
-                    Routed::Guest(o) => {
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Routed::Guest(o)) => {
                         if let Some(o) = converter.convert(*o) {
                             out(o);
                         }
                     }
-                    Routed::Log(line) => out(Output::Stderr(format!("{line}\n"))),
+                    Ok(Routed::Log(line)) => out(Output::Stderr(format!("{line}\n"))),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
+                if let Some(report) = watch.report(false) {
+                    out(Output::Progress(report));
+                }
+            }
+            if let Some(report) = watch.report(true) {
+                out(Output::Progress(report));
             }
             worker.join()
         });

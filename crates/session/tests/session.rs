@@ -331,6 +331,36 @@ fn an_interrupt_from_another_thread_stops_the_cell_and_keeps_the_session() {
 }
 
 #[test]
+fn a_long_run_shows_its_progress_and_clears_it_at_the_end() {
+    let mut s = session_with_vars();
+    ok(&mut s, &format!("%load {}", fixture("infinite_loop.wat")));
+    let interrupter = s.interrupter();
+    let mut reports = Vec::new();
+    let outcome = s.execute("%run infinite_loop.run", &mut |o| {
+        if let Output::Progress(p) = o {
+            // The first report comes after two quiet seconds; then the cell is stopped.
+            if !p.finished {
+                interrupter.interrupt();
+            }
+            reports.push(p);
+        }
+    });
+    assert_eq!(outcome, Outcome::Interrupted);
+    let first = reports.first().expect("a progress report");
+    assert!(
+        first.text().starts_with("running cell [") && first.text().contains("]: 0 events · "),
+        "{}",
+        first.text()
+    );
+    assert!(first.elapsed >= Duration::from_secs(2), "{first:?}");
+    let last = reports.last().unwrap();
+    assert!(last.finished && last.transient, "{reports:?}");
+    assert_eq!(last.terminal_text(false), None, "a log gets no line");
+    assert_eq!(last.terminal_text(true).as_deref(), Some("\r\x1b[K"));
+    assert_intact(&mut s);
+}
+
+#[test]
 fn the_deadline_stops_a_runaway_cell() {
     let mut s = session_with(Duration::from_millis(300));
     ok(&mut s, &format!("%load {}", fixture("infinite_loop.wat")));
@@ -871,13 +901,12 @@ fn spmd_runs_a_module_as_ranks() {
             fixture("print_args.wat")
         ),
     );
-    for rank in ["[rank0]", "[rank1]"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(rank))
-            .unwrap_or_default();
-        assert!(line.contains("--steps") && line.contains("alpha"), "{text}");
-    }
+    // Both ranks print the same arguments: one line, labelled with both.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("[ranks 0-1]: "))
+        .unwrap_or_default();
+    assert!(line.contains("--steps") && line.contains("alpha"), "{text}");
 }
 
 /// Prints the first 64 bytes of the granted file `grant/msg.txt` (its name is `$DIR` in the

@@ -1,9 +1,15 @@
 //! The line editor's helper: completion from [`Session::complete`], multi-line cells from
-//! [`Session::is_complete`], and colour for magics and Rust keywords. It only asks the
-//! session; what is complete or what completes is decided there.
+//! [`Session::is_complete`] with a continuation prompt, and colour for magics and Rust
+//! keywords. It only asks the session; what is complete or what completes is decided there.
+//!
+//! rustyline has no continuation prompt, and it places the cursor by the text's own width.
+//! So Enter on an unfinished cell starts the new line with as many spaces as the prompt is
+//! wide, the highlighter draws those spaces as `   ...: ` (the same width), and
+//! [`Continuation::strip`] takes them off before the cell runs.
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use neuronlab_session::{IsComplete, Session};
@@ -26,20 +32,58 @@ pub fn lock(session: &Shared) -> MutexGuard<'_, Session> {
     session.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The continuation prompt of the cell being edited: as wide as its `In [n]: ` prompt.
+#[derive(Clone, Default)]
+pub struct Continuation {
+    width: Arc<AtomicUsize>,
+}
+
+impl Continuation {
+    /// The prompt text is `prompt`: continuation lines get its width.
+    pub fn set_prompt(&self, prompt: &str) {
+        self.width.store(prompt.chars().count(), Ordering::Relaxed);
+    }
+
+    /// The spaces that start a continuation line.
+    fn lead(&self) -> String {
+        " ".repeat(self.width.load(Ordering::Relaxed))
+    }
+
+    /// What the spaces of [`Continuation::lead`] are drawn as: `...: ` right-aligned.
+    fn prompt(&self) -> String {
+        format!("{:>w$}", "...: ", w = self.width.load(Ordering::Relaxed))
+    }
+
+    /// The cell as the user wrote it: each line after the first without the spaces Enter
+    /// put there for the continuation prompt.
+    pub fn strip(&self, code: &str) -> String {
+        let lead = self.lead();
+        let mut lines = code.split('\n');
+        let first = lines.next().unwrap_or_default().to_string();
+        lines.fold(first, |mut cell, line| {
+            cell.push('\n');
+            cell.push_str(line.strip_prefix(lead.as_str()).unwrap_or(line));
+            cell
+        })
+    }
+}
+
 /// The rustyline helper of the REPL.
 pub struct ReplHelper {
     session: Shared,
     colour: bool,
+    continuation: Continuation,
     /// The end of the text the last completion replaces (it may extend past the cursor).
     completion_end: Cell<usize>,
 }
 
 impl ReplHelper {
-    /// A helper over `session`; `colour` turns highlighting on.
-    pub fn new(session: Shared, colour: bool) -> ReplHelper {
+    /// A helper over `session` drawing `continuation`; `colour` turns highlighting on.
+    pub fn new(session: Shared, colour: bool, continuation: Continuation) -> ReplHelper {
         ReplHelper {
             session,
             colour,
+            continuation,
             completion_end: Cell::new(0),
         }
     }
@@ -80,23 +124,28 @@ impl Validator for ReplHelper {
     /// Enter on an unfinished cell continues it; anything else (a complete cell, or one the
     /// session will report as invalid) runs.
     fn validate(&self, ctx: &mut ValidationContext) -> Result<ValidationResult> {
-        Ok(match lock(&self.session).is_complete(ctx.input()) {
+        let cell = self.continuation.strip(ctx.input());
+        Ok(match lock(&self.session).is_complete(&cell) {
             IsComplete::Incomplete { .. } => ValidationResult::Incomplete,
             _ => ValidationResult::Valid(None),
         })
     }
 }
 
-/// Enter: on an unfinished cell, a new line with the indent the session suggests; otherwise
-/// the default (the validator above, then run).
+/// Enter: on an unfinished cell, a continuation line with the indent the session suggests;
+/// otherwise the default (the validator above, then run).
 pub struct EnterHandler {
     session: Shared,
+    continuation: Continuation,
 }
 
 impl EnterHandler {
-    /// A handler over `session`.
-    pub fn new(session: Shared) -> EnterHandler {
-        EnterHandler { session }
+    /// A handler over `session`, starting lines for `continuation`.
+    pub fn new(session: Shared, continuation: Continuation) -> EnterHandler {
+        EnterHandler {
+            session,
+            continuation,
+        }
     }
 }
 
@@ -104,34 +153,59 @@ impl ConditionalEventHandler for EnterHandler {
     fn handle(&self, _: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
         let session = lock(&self.session);
         let (line, pos) = (ctx.line(), ctx.pos());
-        let IsComplete::Incomplete { indent } = session.is_complete(line) else {
+        let cell = self.continuation.strip(line);
+        let IsComplete::Incomplete { indent } = session.is_complete(&cell) else {
             return None;
         };
         // In the middle of the text, the indent is the one of the text before the cursor.
         let indent = if pos < line.len() {
-            match line.get(..pos).map(|before| session.is_complete(before)) {
+            let before = line.get(..pos).map(|b| self.continuation.strip(b));
+            match before.map(|before| session.is_complete(&before)) {
                 Some(IsComplete::Incomplete { indent }) => indent,
                 _ => String::new(),
             }
         } else {
             indent
         };
-        Some(Cmd::Insert(1, format!("\n{indent}")))
+        Some(Cmd::Insert(
+            1,
+            format!("\n{}{indent}", self.continuation.lead()),
+        ))
     }
 }
 
 impl Highlighter for ReplHelper {
     fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
-        if self.colour {
-            Cow::Owned(highlight(line))
-        } else {
-            Cow::Borrowed(line)
+        let text = match self.colour {
+            true => Cow::Owned(highlight(line)),
+            false => Cow::Borrowed(line),
+        };
+        if !line.contains('\n') {
+            return text;
         }
+        let (lead, prompt) = (self.continuation.lead(), self.continuation.prompt());
+        let prompt = match self.colour {
+            true => format!("{}{prompt}{}", style::GREEN, style::RESET),
+            false => prompt,
+        };
+        let mut lines = text.split('\n');
+        let first = lines.next().unwrap_or_default().to_string();
+        Cow::Owned(lines.fold(first, |mut shown, line| {
+            shown.push('\n');
+            match line.strip_prefix(lead.as_str()) {
+                Some(rest) => {
+                    shown.push_str(&prompt);
+                    shown.push_str(rest);
+                }
+                None => shown.push_str(line),
+            }
+            shown
+        }))
     }
 
-    fn highlight_char(&self, _line: &str, _pos: usize, _kind: CmdKind) -> bool {
-        // Every edit may change a keyword or a magic: redraw with colour.
-        self.colour
+    fn highlight_char(&self, line: &str, _pos: usize, _kind: CmdKind) -> bool {
+        // Every edit may change a keyword or a magic, and a new line needs its prompt drawn.
+        self.colour || line.contains('\n')
     }
 }
 
@@ -279,5 +353,20 @@ mod tests {
             wat.ends_with("\n(loop br 0)"),
             "a wat body is not Rust: {wat:?}"
         );
+    }
+
+    #[test]
+    fn continuation_lines_are_drawn_with_a_prompt_and_run_without_it() {
+        let continuation = Continuation::default();
+        continuation.set_prompt("In [12]: ");
+        let typed = "fn f() {\n             let y = 1;\n         }";
+        assert_eq!(continuation.strip(typed), "fn f() {\n    let y = 1;\n}");
+        let session = Arc::new(Mutex::new(Session::from_env().expect("a session")));
+        let helper = ReplHelper::new(session, false, continuation);
+        assert_eq!(
+            helper.highlight(typed, 0),
+            "fn f() {\n    ...:     let y = 1;\n    ...: }"
+        );
+        assert_eq!(helper.highlight("a pasted\nline", 0), "a pasted\nline");
     }
 }

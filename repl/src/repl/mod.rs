@@ -10,6 +10,7 @@ pub mod editor;
 pub mod interrupt;
 pub mod render;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -20,7 +21,7 @@ use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Cmd, Editor, EventHandler, KeyCode, KeyEvent, Modifiers};
 
-use editor::{lock, EnterHandler, ReplHelper};
+use editor::{lock, Continuation, EnterHandler, ReplHelper};
 use interrupt::CtrlC;
 use render::{paint, style, Renderer};
 
@@ -47,8 +48,11 @@ pub fn run() -> Result<(), String> {
         .max_history_size(10_000)
         .map_err(|e| e.to_string())?
         .auto_add_history(false)
-        .color_mode(if colour {
-            ColorMode::Enabled
+        // The helper draws the continuation prompt, also without colour: on a terminal it
+        // is always called (rustyline would skip it under NO_COLOR), and adds colour only
+        // when `colour` says so.
+        .color_mode(if std::io::stdout().is_terminal() {
+            ColorMode::Forced
         } else {
             ColorMode::Disabled
         })
@@ -56,10 +60,18 @@ pub fn run() -> Result<(), String> {
         .build();
     let mut editor: Editor<ReplHelper, FileHistory> =
         Editor::with_config(config).map_err(|e| format!("cannot start the line editor: {e}"))?;
-    editor.set_helper(Some(ReplHelper::new(session.clone(), colour)));
+    let continuation = Continuation::default();
+    editor.set_helper(Some(ReplHelper::new(
+        session.clone(),
+        colour,
+        continuation.clone(),
+    )));
     editor.bind_sequence(
         KeyEvent(KeyCode::Enter, Modifiers::NONE),
-        EventHandler::Conditional(Box::new(EnterHandler::new(session.clone()))),
+        EventHandler::Conditional(Box::new(EnterHandler::new(
+            session.clone(),
+            continuation.clone(),
+        ))),
     );
     // Alt-Enter always starts a new line, to write past a point where the cell is complete.
     editor.bind_sequence(KeyEvent(KeyCode::Enter, Modifiers::ALT), Cmd::Newline);
@@ -82,6 +94,7 @@ pub fn run() -> Result<(), String> {
     loop {
         let n = lock(&session).execution_count() + 1;
         let raw = format!("In [{n}]: ");
+        continuation.set_prompt(&raw);
         let styled = format!(
             "{}In [{}{n}{}]: {}",
             style::GREEN,
@@ -95,7 +108,7 @@ pub fn run() -> Result<(), String> {
             editor.readline(raw.as_str())
         };
         let code = match read {
-            Ok(code) => code,
+            Ok(code) => continuation.strip(&code),
             // Ctrl-C at the prompt drops the cell being edited, and says so.
             Err(ReadlineError::Interrupted) => {
                 println!("(dropped; Ctrl-D leaves)");

@@ -139,7 +139,9 @@ impl Renderer {
     }
 
     /// A progress report, as [`Progress::terminal_text`] says: on a terminal one line
-    /// rewritten in place, kept when the operation ends; elsewhere the final report alone.
+    /// rewritten in place, kept when the operation ends (cleared if it was transient);
+    /// elsewhere the final report alone. Other output clears the line first; the next
+    /// report draws it again below that output.
     fn progress(&mut self, progress: &Progress) {
         let Some(text) = progress.terminal_text(self.terminal_out) else {
             return;
@@ -147,8 +149,20 @@ impl Renderer {
         if !self.progress_line {
             self.out_line_start();
         }
-        self.out(&text);
+        self.write_out(&text);
         self.progress_line = self.terminal_out && !progress.finished;
+        if progress.finished && progress.transient {
+            self.out_at_line_start = true;
+        }
+    }
+
+    /// Clears a progress line still on the terminal, so other output takes its place.
+    fn clear_progress(&mut self) {
+        if self.progress_line {
+            self.write_out("\r\x1b[K");
+            self.out_at_line_start = true;
+            self.progress_line = false;
+        }
     }
 
     /// Ends the cell: a partial last line is finished so the next prompt starts at column 0.
@@ -157,11 +171,16 @@ impl Renderer {
         self.err_line_start();
     }
 
-    /// Writes `text` to stdout as it is.
+    /// Writes `text` to stdout as it is (in place of a progress line on the terminal).
     pub fn out(&mut self, text: &str) {
         if text.is_empty() {
             return;
         }
+        self.clear_progress();
+        self.write_out(text);
+    }
+
+    fn write_out(&mut self, text: &str) {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
@@ -176,6 +195,7 @@ impl Renderer {
             return;
         }
         // Whatever stdout holds goes first, so the two streams interleave in order.
+        self.clear_progress();
         let _ = std::io::stdout().flush();
         let mut err = std::io::stderr().lock();
         let _ = err.write_all(text.as_bytes());

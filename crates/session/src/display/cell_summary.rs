@@ -11,11 +11,13 @@
 //!
 //! The counts come from the [`Summary`]; what needs more than a count (each compile with its
 //! reason, each graph break, each trap, the collectives per op) is read from the cell's events.
+//! Above four cores, the peaks also show as a heatmap: a row of squares per chip, each core's
+//! shade its peak against the highest, its value in the square's tooltip.
 
 use std::collections::BTreeMap;
 
 use super::{escape, FONT};
-use neuronlab_core::device::Bound;
+use neuronlab_core::device::{Bound, CoreId};
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
 use neuronlab_core::events::{CacheSource, CompileEvent, Event, EventKind, LimitAction, Summary};
 
@@ -27,8 +29,9 @@ const MAX_CORES_LISTED: usize = 4;
 const BLOCK: &str = "line-height:1.5;color:#555;border-left:3px solid #ddd;padding-left:8px";
 const LABEL: &str = "color:#999;display:inline-block;min-width:7em";
 
-/// `summary` of `events` (the events it was made from) as a self-contained HTML block.
-pub fn summary_html(summary: &Summary, events: &[Event]) -> String {
+/// `summary` of `events` (the events it was made from) as a self-contained HTML block, on an
+/// instance with `cores_per_chip` cores to a chip.
+pub fn summary_html(summary: &Summary, events: &[Event], cores_per_chip: u32) -> String {
     let mut lines: Vec<(&str, String)> = Vec::new();
     lines.push(("ops", ops_line(summary)));
     if !summary.top_ops.is_empty() {
@@ -66,8 +69,47 @@ pub fn summary_html(summary: &Summary, events: &[Event]) -> String {
             escape(label),
             escape(&text)
         ));
+        if label == "peak HBM" && summary.peak_hbm.len() > MAX_CORES_LISTED {
+            html.push_str(&peaks_heatmap(&summary.peak_hbm, cores_per_chip));
+        }
     }
     html.push_str("</div>");
+    html
+}
+
+/// Each core's peak as a square shaded from pale (nothing) to deep blue (the highest peak),
+/// one row per chip, with the core and its peak as the square's tooltip.
+fn peaks_heatmap(peaks: &BTreeMap<CoreId, u64>, cores_per_chip: u32) -> String {
+    let top = peaks.values().copied().max().unwrap_or(0).max(1) as f64;
+    let per_chip = cores_per_chip.max(1);
+    let mut chips: BTreeMap<u32, Vec<(CoreId, u64)>> = BTreeMap::new();
+    for (&core, &peak) in peaks {
+        chips
+            .entry(core.0 / per_chip)
+            .or_default()
+            .push((core, peak));
+    }
+    let mut html = String::from("<div style=\"margin:2px 0 4px 7em\">\n");
+    for (chip, cores) in chips {
+        html.push_str(&format!(
+            "<div style=\"display:flex;align-items:center;gap:2px;height:14px\">\
+             <span style=\"{LABEL};min-width:4em;font-size:85%\">chip {chip}</span>"
+        ));
+        for (core, peak) in cores {
+            let shade = peak as f64 / top;
+            let channel = |pale: f64, deep: f64| (pale + (deep - pale) * shade).round() as u8;
+            html.push_str(&format!(
+                "<span title=\"{core} {}\" style=\"display:inline-block;width:12px;\
+                 height:12px;background:rgb({},{},{})\"></span>",
+                escape(&bytes(peak)),
+                channel(232.0, 31.0),
+                channel(238.0, 78.0),
+                channel(247.0, 156.0),
+            ));
+        }
+        html.push_str("</div>\n");
+    }
+    html.push_str("</div>\n");
     html
 }
 
@@ -349,7 +391,7 @@ mod tests {
                 }),
             ));
         }
-        let html = summary_html(&Summary::from_events(&events), &events);
+        let html = summary_html(&Summary::from_events(&events), &events, 4);
         let label = |l: &str| format!("<div><span style=\"{LABEL}\">{l}</span> ");
         assert!(
             html.starts_with("<div style=\"font-family:monospace"),
@@ -391,7 +433,7 @@ mod tests {
     #[test]
     fn one_compile_shows_whole_and_long_lists_are_cut_with_a_count() {
         let one = [compile(0, "new function", false)];
-        let html = summary_html(&Summary::from_events(&one), &one);
+        let html = summary_html(&Summary::from_events(&one), &one, 4);
         assert!(
             html.contains("compile</span> mlp: new function · 12 → 4 nodes"),
             "{html}"
@@ -409,7 +451,7 @@ mod tests {
                 )
             })
             .collect();
-        let html = summary_html(&Summary::from_events(&traps), &traps);
+        let html = summary_html(&Summary::from_events(&traps), &traps, 4);
         assert_eq!(html.matches(">trap</span> trap").count(), MAX_LISTED);
         assert!(
             html.contains("… and 3 more (%events lists them all)"),
@@ -434,13 +476,27 @@ mod tests {
                 )
             })
             .collect();
-        let html = summary_html(&Summary::from_events(&events), &events);
+        let html = summary_html(&Summary::from_events(&events), &events, 4);
         assert!(
             html.contains(
                 "peak HBM</span> 32 cores · min 1.00 MiB · median 1.00 MiB · max 3.00 MiB on \
                  neuron:5</div>"
             ),
             "{html}"
+        );
+        // The heatmap: 8 chips of 4 cores, the highest peak deepest, each core's in its tooltip.
+        assert_eq!(html.matches(">chip ").count(), 8, "{html}");
+        assert_eq!(html.matches("<span title=\"neuron:").count(), 32, "{html}");
+        assert!(
+            html.contains("title=\"neuron:5 3.00 MiB\" style=\"display:inline-block;width:12px;height:12px;background:rgb(31,78,156)\""),
+            "{html}"
+        );
+        assert!(html.contains("title=\"neuron:6 1.00 MiB\""), "{html}");
+        let four = &events[..4];
+        let few = summary_html(&Summary::from_events(four), four, 4);
+        assert!(
+            !few.contains(">chip "),
+            "four cores are listed, not drawn: {few}"
         );
     }
 }

@@ -16,7 +16,7 @@ mod timeline;
 mod timeline_svg;
 pub mod views;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant;
 
 use super::{fail, CellError, Outcome, Output, Session};
@@ -148,8 +148,9 @@ pub const MAGICS: &[Magic] = &[
         usage:
             "%spmd N FILE.wasm [--all-ranks] [-- ARGS]   or   %%spmd N [--all-ranks] + Rust code",
         help: "Runs a module, or the Rust code of the cell, as N ranks (one per NeuronCore, as \
-               torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks. What \
-               follows -- reaches every rank as neuronlab::args().",
+               torchrun), meeting in collectives. Only rank 0 prints unless --all-ranks, which \
+               shows what several ranks print alike once, as [ranks 0-3]. What follows -- \
+               reaches every rank as neuronlab::args().",
         details: None,
         run: Handler::Both(Session::spmd),
         complete: None,
@@ -347,9 +348,9 @@ impl Session {
                 )
             }
         };
-        let path = match (body, words.get(1..).unwrap_or(&[])) {
+        let module = match (body, words.get(1..).unwrap_or(&[])) {
             (Some(code), []) => match self.build_rust_cell(code, out) {
-                Ok(Some(wasm)) => wasm,
+                Ok(Some(module)) => module,
                 Ok(None) => {
                     return usage_error(
                         out,
@@ -359,7 +360,10 @@ impl Session {
                 }
                 Err(outcome) => return outcome,
             },
-            (None, [file]) => PathBuf::from(file),
+            (None, [file]) => match self.load_module(Path::new(file)) {
+                Ok(module) => module,
+                Err(e) => return fail(out, e),
+            },
             (None, []) => {
                 return usage_error(
                     out,
@@ -369,7 +373,7 @@ impl Session {
             }
             _ => return usage_error(out, "spmd", "unexpected arguments"),
         };
-        self.run_spmd(&path, nproc, all_ranks, &guest_args, out)
+        self.run_spmd(&module, nproc, all_ranks, &guest_args, out)
     }
 
     /// `%time CODE` and `%%time`.

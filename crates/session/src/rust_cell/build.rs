@@ -252,6 +252,7 @@ impl CrateCount {
             unit: "crates",
             elapsed: started.elapsed(),
             finished,
+            transient: false,
         });
     }
 }
