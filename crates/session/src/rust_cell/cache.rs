@@ -1,6 +1,7 @@
 //! The Rust cells a session has built, by everything their build read: running a cell again
 //! (the same source, kept items, restored variables, SDK and toolchain) reuses its module
-//! instead of starting cargo, whose start-up and fingerprinting alone take about 100 ms.
+//! instead of starting cargo, whose start-up and fingerprinting take far longer than a small
+//! cell runs.
 
 use std::collections::VecDeque;
 use std::path::Path;
