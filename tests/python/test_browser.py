@@ -300,6 +300,19 @@ def run_cell(page: Page, index: int, timeout: float = test_kernel.CELL_TIMEOUT) 
     cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=timeout * 1000)
 
 
+def popup_after(page: Page, cell, key: str, popup: str) -> str:
+    """The text of the `popup` that `key`, pressed at the end of `cell`'s code, opens
+    (closed again with Escape)."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("End")
+    page.keyboard.press(key)
+    shown = page.locator(popup)
+    shown.wait_for(state="visible")
+    text = shown.inner_text()
+    page.keyboard.press("Escape")
+    return text
+
+
 def test_completion_inspection_and_interrupt_in_the_browser(page, lab):
     _, _, root = lab
     scratch_notebook(
@@ -318,23 +331,9 @@ def test_completion_inspection_and_interrupt_in_the_browser(page, lab):
     run_cell(page, 0, test_kernel.BUILD_TIMEOUT)
 
     # Tab after `%he` lists the magics it can become.
-    editor = cells.nth(1).locator(".cm-content")
-    editor.click()
-    page.keyboard.press("End")
-    page.keyboard.press("Tab")
-    completer = page.locator(".jp-Completer")
-    completer.wait_for(state="visible")
-    assert "%help" in completer.inner_text()
-    page.keyboard.press("Escape")
-
+    assert "%help" in popup_after(page, cells.nth(1), "Tab", ".jp-Completer")
     # Shift-Tab on a function shows its documentation.
-    cells.nth(2).locator(".cm-content").click()
-    page.keyboard.press("End")
-    page.keyboard.press("Shift+Tab")
-    tooltip = page.locator(".jp-Tooltip")
-    tooltip.wait_for(state="visible")
-    assert "ones" in tooltip.inner_text()
-    page.keyboard.press("Escape")
+    assert "ones" in popup_after(page, cells.nth(2), "Shift+Tab", ".jp-Tooltip")
 
     # A runaway cell: the interrupt stops it, and the session keeps its tensors.
     cells.nth(3).locator(".cm-content").click()

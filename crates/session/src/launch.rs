@@ -107,9 +107,7 @@ impl Session {
             1 => format!("running {}", module.name),
             n => format!("running {} as {n} ranks", module.name),
         };
-        let bus = runtime.bus().clone();
-        let first = bus.next_seq();
-        let mut watch = RunWatch::new(what, || bus.next_seq() - first);
+        let mut watch = RunWatch::new(what, runtime.bus());
         let ranks = self.router.stream(&mut converter, out, &mut watch, || {
             let emit = outputs.clone();
             let ranks = launch(

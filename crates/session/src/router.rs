@@ -6,6 +6,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use neuronlab_core::events::EventBus;
 use neuronlab_sandbox::{GuestOutput, OutputSink};
 
 use super::convert::OutputConverter;
@@ -20,21 +21,23 @@ const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// The progress of a run while it streams: nothing for its first [`QUIET_FOR`], then a
 /// report every [`REPORT_EVERY`] of how many events it has published so far, and a last,
 /// transient one when it ends (its output and summary say the rest).
-pub(super) struct RunWatch<'a> {
+pub(super) struct RunWatch {
     what: String,
     started: Instant,
     last: Option<Instant>,
-    events: Box<dyn Fn() -> u64 + 'a>,
+    bus: Arc<EventBus>,
+    first_event: u64,
 }
 
-impl<'a> RunWatch<'a> {
-    /// Watches the run `what` (`running cell [3]`); `events` counts what it has published.
-    pub(super) fn new(what: String, events: impl Fn() -> u64 + 'a) -> RunWatch<'a> {
+impl RunWatch {
+    /// Watches the run `what` (`running cell [3]`), which publishes its events on `bus`.
+    pub(super) fn new(what: String, bus: &Arc<EventBus>) -> RunWatch {
         RunWatch {
             what,
             started: Instant::now(),
             last: None,
-            events: Box::new(events),
+            bus: bus.clone(),
+            first_event: bus.next_seq(),
         }
     }
 
@@ -54,7 +57,7 @@ impl<'a> RunWatch<'a> {
         Some(Progress {
             id: "neuronlab-run".to_string(),
             what: self.what.clone(),
-            done: (self.events)(),
+            done: self.bus.next_seq() - self.first_event,
             total: None,
             unit: "events",
             elapsed,
@@ -124,7 +127,7 @@ impl OutputRouter {
         &self,
         converter: &mut OutputConverter,
         out: &mut dyn FnMut(Output),
-        watch: &mut RunWatch<'_>,
+        watch: &mut RunWatch,
         call: impl FnOnce() -> R + Send,
     ) -> R {
         self.flush_logs(out);
