@@ -16,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod activity;
 pub mod autograd;
 pub mod cancel;
 pub mod device;

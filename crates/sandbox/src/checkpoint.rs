@@ -134,7 +134,8 @@ impl Contents {
 
     /// Reads every tensor onto `core`, in [`Contents::names`]' order. Fails before reading
     /// any data when the tensors do not fit what is left of the host cap or of the core's
-    /// HBM; `stop` is asked between tensors.
+    /// HBM. `stop` is asked before each piece read (at most [`READ_PIECE`] bytes), and the
+    /// runtime's [`activities`](Runtime::activities) show the bytes read so far.
     pub fn load(
         &self,
         runtime: &Runtime,
@@ -172,15 +173,16 @@ impl Contents {
                 bytes(stats.capacity)
             )));
         }
+        let activity = runtime
+            .activities()
+            .begin(format!("loading `{}`", self.shown), total);
+        let interrupted = || CheckpointError {
+            kind: FailureKind::Cancelled,
+            message: format!("interrupted while loading `{}`", self.shown),
+        };
         let mut open: Option<(&Path, File)> = None;
         let mut out = Vec::with_capacity(self.entries.len());
         for e in &self.entries {
-            if stop() {
-                return Err(CheckpointError {
-                    kind: FailureKind::Cancelled,
-                    message: format!("interrupted while loading `{}`", self.shown),
-                });
-            }
             let file = match &mut open {
                 Some((path, file)) if *path == e.file.as_path() => file,
                 slot => {
@@ -191,14 +193,21 @@ impl Contents {
                 }
             };
             let mut data = vec![0u8; e.len as usize];
-            file.seek(SeekFrom::Start(e.start))
-                .and_then(|_| file.read_exact(&mut data))
-                .map_err(|err| {
-                    file_error(format!(
-                        "cannot read tensor `{}` of `{}`: {err}",
-                        e.name, self.shown
-                    ))
-                })?;
+            let read_error = |err: std::io::Error| {
+                file_error(format!(
+                    "cannot read tensor `{}` of `{}`: {err}",
+                    e.name, self.shown
+                ))
+            };
+            file.seek(SeekFrom::Start(e.start)).map_err(read_error)?;
+            // In pieces, so a large tensor shows progress and an interrupt stops it.
+            for piece in data.chunks_mut(READ_PIECE) {
+                if stop() {
+                    return Err(interrupted());
+                }
+                file.read_exact(piece).map_err(read_error)?;
+                activity.advance(piece.len() as u64);
+            }
             let buffer =
                 Buffer::from_le_bytes(e.dtype, &data).expect("length checked against the dtype");
             drop(data);
@@ -213,6 +222,9 @@ impl Contents {
         Ok(out)
     }
 }
+
+/// How much of a tensor's data is read at once.
+const READ_PIECE: usize = 16 << 20;
 
 /// The neuronlab dtype of a safetensors dtype, if it has one.
 fn to_dtype(d: Dtype) -> Option<DType> {

@@ -288,6 +288,46 @@ fn a_checkpoint_larger_than_what_is_free_fails_before_reading() {
 }
 
 #[test]
+fn a_load_reports_its_bytes_while_it_reads() {
+    let dir = Dir::new();
+    let rt = runtime(1 << 30);
+    // 24 MiB and 4 KiB: the large tensor is read in two pieces.
+    let big = rt
+        .tensor(Buffer::F32(vec![0.5; 6 << 20]), &[6 << 20])
+        .unwrap();
+    let small = rt.tensor(Buffer::F32(vec![2.0; 1024]), &[1024]).unwrap();
+    let saved = vec![("a.big".to_string(), big), ("b.small".to_string(), small)];
+    save(
+        "two",
+        &dir.resolve(),
+        &saved,
+        &BTreeMap::new(),
+        Some(1 << 20),
+    )
+    .unwrap();
+    let contents = dir.inspect("two").unwrap();
+    let total = contents.nbytes();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let watch = || {
+        seen.lock().unwrap().push(rt.activities().current());
+        false
+    };
+    assert_same(&saved, &contents.load(&rt, CoreId(0), &watch).unwrap());
+    let seen = seen.into_inner().unwrap();
+    let done: Vec<u64> = seen
+        .iter()
+        .map(|r| {
+            let r = r.as_ref().expect("under way while it reads");
+            assert_eq!((r.what.as_str(), r.total), ("loading `two`", total));
+            r.done
+        })
+        .collect();
+    // Before each piece: the large tensor's two, then the small one's.
+    assert_eq!(done, [0, 16 << 20, 24 << 20]);
+    assert_eq!(rt.activities().current(), None, "it ends with the load");
+}
+
+#[test]
 fn saving_refuses_duplicate_and_reserved_names() {
     let dir = Dir::new();
     let rt = runtime(1 << 30);

@@ -152,12 +152,37 @@ impl OutputConverter {
             (None, Some(line), GuestErrorKind::Trap) => line.clone(),
             _ => e.message.clone(),
         };
+        let mut e = e.clone();
+        e.backtrace = user_frames(&e.backtrace, self.cell);
         CellError {
             ename: e.name().to_string(),
             evalue,
             traceback: vec![rename(&e.to_string())],
         }
     }
+}
+
+/// The prefix of every frame of a Rust cell's own crate (see `build::package_name`).
+const CELL_CRATE: &str = "neuronlab_cell_";
+
+/// A Rust cell's backtrace as the user wrote it: the cell's body is `cell [N]`, an item kept
+/// from an earlier cell goes by its own name, and the entry point the SDK's `main!` generated
+/// around the body is dropped. Other modules' frames are left as they are.
+fn user_frames(frames: &[String], cell: u32) -> Vec<String> {
+    if !frames.iter().any(|f| f.starts_with(CELL_CRATE)) {
+        return frames.to_vec();
+    }
+    let renamed = frames.iter().filter(|f| *f != "run").map(|f| {
+        let Some(rest) = f.strip_prefix(CELL_CRATE) else {
+            return f.clone();
+        };
+        let path = rest.split_once("::").map_or(rest, |(_, path)| path);
+        match path.strip_prefix("__cell_body") {
+            Some(inner) => format!("cell [{cell}]{inner}"),
+            None => path.to_string(),
+        }
+    });
+    renamed.collect()
 }
 
 #[cfg(test)]
@@ -176,5 +201,33 @@ mod tests {
             "panicked at cell[6]:3:2: index out of bounds\n[cell[6]:1:9] x = 2"
         );
         assert_eq!(user_locations("at src/cell.rs:", 2, None), "at cell[2]:");
+    }
+
+    #[test]
+    fn a_cells_frames_are_named_after_the_cell() {
+        let frames: Vec<String> = [
+            "core::panicking::panic",
+            "neuronlab_cell_2d86430eaa66::__cell_body::{closure#0}",
+            "neuronlab_cell_2d86430eaa66::helper",
+            "neuronlab_cell_2d86430eaa66::__cell_body",
+            "run",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            user_frames(&frames, 4),
+            [
+                "core::panicking::panic",
+                "cell [4]::{closure#0}",
+                "helper",
+                "cell [4]",
+            ]
+        );
+        let wat = vec!["spin".to_string(), "run".to_string()];
+        assert_eq!(
+            user_frames(&wat, 4),
+            wat,
+            "a module that is not a cell keeps its frames"
+        );
     }
 }

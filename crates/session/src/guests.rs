@@ -319,7 +319,7 @@ impl Session {
             .set(Running::Guest(guest.interrupt_handle()));
         let mut converter = OutputConverter::new(cell_no, self.cell_columns.take());
         let what = format!("running cell [{cell_no}]");
-        let mut watch = RunWatch::new(what, self.runtime.bus());
+        let mut watch = RunWatch::new(what, &self.runtime);
         let result = self
             .router
             .stream(&mut converter, out, &mut watch, || guest.call(entry, args));

@@ -107,7 +107,7 @@ impl Session {
             1 => format!("running {}", module.name),
             n => format!("running {} as {n} ranks", module.name),
         };
-        let mut watch = RunWatch::new(what, runtime.bus());
+        let mut watch = RunWatch::new(what, &runtime);
         let ranks = self.router.stream(&mut converter, out, &mut watch, || {
             let emit = outputs.clone();
             let ranks = launch(

@@ -45,6 +45,9 @@ pub enum Output {
     Progress(Progress),
 }
 
+/// The [`Progress::unit`] of work counted in bytes, which its text shows as sizes.
+pub const BYTES: &str = "bytes";
+
 /// A long operation's progress: the front ends show it in place (an updating display in
 /// Jupyter, one rewritten line on a terminal) from the text and fraction given here.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,22 +75,30 @@ pub struct Progress {
 impl Progress {
     /// `building the SDK: 12/29 crates · 8 s`, or at the end `building the SDK: done, 29
     /// crates in 52 s`.
+    ///
+    /// Counts of [`BYTES`] read as sizes: `loading ...: 1.50 GiB of 3.00 GiB · 4 s`.
     pub fn text(&self) -> String {
         let secs = self.elapsed.as_secs();
+        let count = |n: u64| match self.unit {
+            BYTES => neuronlab_core::events::fmt::bytes(n),
+            unit => format!("{n} {unit}"),
+        };
         if self.finished {
-            return format!(
-                "{}: done, {} {} in {secs} s",
-                self.what, self.done, self.unit
-            );
+            return format!("{}: done, {} in {secs} s", self.what, count(self.done));
         }
-        match self.total {
-            Some(total) => format!(
-                "{}: {}/{total} {} · {secs} s",
+        match (self.total, self.unit) {
+            (Some(total), BYTES) => format!(
+                "{}: {} of {} · {secs} s",
                 self.what,
-                self.done.min(total),
-                self.unit
+                count(self.done.min(total)),
+                count(total)
             ),
-            None => format!("{}: {} {} · {secs} s", self.what, self.done, self.unit),
+            (Some(total), unit) => format!(
+                "{}: {}/{total} {unit} · {secs} s",
+                self.what,
+                self.done.min(total)
+            ),
+            (None, _) => format!("{}: {} · {secs} s", self.what, count(self.done)),
         }
     }
 

@@ -6,11 +6,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use neuronlab_core::activity::Activities;
 use neuronlab_core::events::EventBus;
+use neuronlab_core::Runtime;
 use neuronlab_sandbox::{GuestOutput, OutputSink};
 
 use super::convert::OutputConverter;
-use super::output::Progress;
+use super::output::{Progress, BYTES};
 use super::Output;
 
 /// How long a run goes before it reports progress: most cells end well before.
@@ -19,25 +21,29 @@ const QUIET_FOR: Duration = Duration::from_secs(2);
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// The progress of a run while it streams: nothing for its first [`QUIET_FOR`], then a
-/// report every [`REPORT_EVERY`] of how many events it has published so far, and a last,
-/// transient one when it ends (its output and summary say the rest).
+/// report every [`REPORT_EVERY`] of how many events it has published so far (or of the bytes a
+/// checkpoint read has got through), and a last, transient one when it ends (its output and
+/// summary say the rest).
 pub(super) struct RunWatch {
     what: String,
     started: Instant,
     last: Option<Instant>,
     bus: Arc<EventBus>,
+    activities: Arc<Activities>,
     first_event: u64,
 }
 
 impl RunWatch {
-    /// Watches the run `what` (`running cell [3]`), which publishes its events on `bus`.
-    pub(super) fn new(what: String, bus: &Arc<EventBus>) -> RunWatch {
+    /// Watches the run `what` (`running cell [3]`) on `runtime`, whose events and host
+    /// activities it reports.
+    pub(super) fn new(what: String, runtime: &Runtime) -> RunWatch {
         RunWatch {
             what,
             started: Instant::now(),
             last: None,
-            bus: bus.clone(),
-            first_event: bus.next_seq(),
+            bus: runtime.bus().clone(),
+            activities: runtime.activities().clone(),
+            first_event: runtime.bus().next_seq(),
         }
     }
 
@@ -54,12 +60,28 @@ impl RunWatch {
             return None;
         }
         self.last = Some(Instant::now());
+        // Host work the guest waits on (a checkpoint read) says more than the event count,
+        // which stands still meanwhile.
+        let (what, done, total, unit) = match self.activities.current() {
+            Some(a) if !finished => (
+                format!("{}: {}", self.what, a.what),
+                a.done,
+                Some(a.total),
+                BYTES,
+            ),
+            _ => (
+                self.what.clone(),
+                self.bus.next_seq() - self.first_event,
+                None,
+                "events",
+            ),
+        };
         Some(Progress {
             id: "neuronlab-run".to_string(),
-            what: self.what.clone(),
-            done: self.bus.next_seq() - self.first_event,
-            total: None,
-            unit: "events",
+            what,
+            done,
+            total,
+            unit,
             elapsed,
             finished,
             transient: true,
@@ -164,5 +186,34 @@ impl OutputRouter {
             Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuronlab_core::device::topology::Topology;
+    use neuronlab_core::runtime::RuntimeOptions;
+
+    #[test]
+    fn a_checkpoint_read_reports_its_bytes_in_place_of_events() {
+        let runtime = Runtime::new(RuntimeOptions {
+            topology: Topology::preset("trn2.3xlarge", None).unwrap(),
+            host_limit: 1 << 30,
+        });
+        let mut watch = RunWatch::new("running cell [3]".into(), &runtime);
+        watch.started -= QUIET_FOR;
+        let load = runtime.activities().begin("loading `model`", 3 << 30);
+        load.advance(1 << 30);
+        let report = watch.report(false).expect("due after the quiet time");
+        assert_eq!(
+            report.text(),
+            "running cell [3]: loading `model`: 1.00 GiB of 3.00 GiB · 2 s"
+        );
+        assert_eq!(report.fraction(), Some(1.0 / 3.0));
+        drop(load);
+        watch.last = Some(Instant::now() - REPORT_EVERY);
+        let report = watch.report(false).expect("due a second later");
+        assert_eq!(report.text(), "running cell [3]: 0 events · 2 s");
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 pub use dispatch::{guarded, Compute, KernelFn, Placement, Work, WorkCost};
 
+use crate::activity::Activities;
 use crate::autograd;
 use crate::device::cost::CostModel;
 use crate::device::host::{host_limit_from_env, HostLimitError};
@@ -56,6 +57,7 @@ pub struct Runtime {
     bus: Arc<EventBus>,
     default_device: CoreId,
     autograd: Vec<Arc<AutogradBytes>>,
+    activities: Arc<Activities>,
 }
 
 impl Runtime {
@@ -73,6 +75,7 @@ impl Runtime {
             memory,
             bus,
             default_device: CoreId(0),
+            activities: Arc::default(),
         }
     }
 
@@ -94,6 +97,11 @@ impl Runtime {
     /// The event bus every op publishes to.
     pub fn bus(&self) -> &Arc<EventBus> {
         &self.bus
+    }
+
+    /// Long host work under way for the guests (checkpoint reads), for progress reports.
+    pub fn activities(&self) -> &Arc<Activities> {
+        &self.activities
     }
 
     /// The cost model.
