@@ -12,12 +12,16 @@ use super::router::RunWatch;
 use super::rust_cell::build::{self, BuildFailure, UserSources};
 use super::rust_cell::cache;
 use super::rust_cell::codegen::{self, KeptItem, Restore};
+use super::rust_cell::direct::RustcCommand;
 use super::rust_cell::parse;
 use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
 use crate::toolchain::Toolchain;
 use neuronlab_dist::World;
 use neuronlab_sandbox::var_store::Var;
 use neuronlab_sandbox::{Guest, GuestError, GuestModule};
+
+/// Where, in the cell crate's folder, cargo's rustc command for it is recorded.
+const RUSTC_RECORD: &str = "rustc-command.txt";
 
 /// Values an export returned, where a single `i32` is the ABI error code of the error an
 /// import just returned to the guest spelled out with its name and message: `-2` becomes
@@ -145,7 +149,8 @@ impl Session {
         let (parsed, toolchain, sdk_dir) = prepared.map_err(|e| fail(out, e))?;
         let mut plan = self.plan_cell(code, &parsed);
         let first = codegen::generate(code, &parsed, &plan.kept, &plan.restores, &plan.keeps);
-        let key = cache::key(&first, &toolchain, &sdk_dir);
+        let inputs = cache::build_inputs(&toolchain, &sdk_dir);
+        let key = cache::key(&first, &inputs);
         if let Some(built) = self.built_cells.get(&key) {
             self.cell_columns = Some(built.columns);
             if plan.items_only {
@@ -159,14 +164,33 @@ impl Session {
             if let Err(e) = build::write_crate(&self.work_dir, &sdk_dir, &generated) {
                 return Err(fail(out, CellError::new("SessionError", e)));
             }
-            let mut progress = |report| out(Output::Progress(report));
-            let built = build::build(
-                &toolchain,
-                &self.work_dir,
-                &target_dir,
-                self.interrupter.flag(),
-                &mut progress,
-            );
+            let record = self.work_dir.join(RUSTC_RECORD);
+            let direct = self
+                .rustc_command
+                .as_ref()
+                .filter(|(recorded_for, _)| *recorded_for == inputs)
+                .map(|(_, rustc)| rustc.build(self.interrupter.flag()));
+            let built = match direct {
+                // Without a compiler error, rustc alone may lack what cargo would rebuild.
+                Some(Err(BuildFailure::Tool(_))) | None => {
+                    self.rustc_command = None;
+                    let mut progress = |report| out(Output::Progress(report));
+                    let built = build::build(
+                        &toolchain,
+                        &self.work_dir,
+                        &target_dir,
+                        &record,
+                        self.interrupter.flag(),
+                        &mut progress,
+                    );
+                    if built.is_ok() {
+                        self.rustc_command =
+                            RustcCommand::recorded(&record).map(|rustc| (inputs, rustc));
+                    }
+                    built
+                }
+                Some(built) => built,
+            };
             match built {
                 Ok(wasm) => break wasm,
                 Err(BuildFailure::Compile(errors)) => {

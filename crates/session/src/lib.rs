@@ -227,6 +227,8 @@ pub struct Session {
     toolchain: Option<toolchain::Toolchain>,
     /// The session's latest Rust cell builds, reused when a cell is built again unchanged.
     built_cells: rust_cell::cache::BuiltCells,
+    /// How cargo last ran rustc for the cell crate, and the build inputs it is valid for.
+    rustc_command: Option<(blake3::Hash, rust_cell::direct::RustcCommand)>,
 }
 
 impl Session {
@@ -271,6 +273,7 @@ impl Session {
             explanations: Vec::new(),
             toolchain: None,
             built_cells: Default::default(),
+            rustc_command: None,
         })
     }
 

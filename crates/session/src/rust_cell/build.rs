@@ -1,16 +1,18 @@
 //! Building a cell's crate with cargo, and turning rustc's JSON diagnostics into messages
 //! against the user's own cells and lines.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
 use super::codegen::{Generated, KeptItem, SourceMap, CELL_FILE};
+use super::direct;
 use crate::output::Progress;
 use crate::toolchain::{wasm_path, Toolchain};
 
@@ -26,8 +28,7 @@ fn package_name(dir: &Path) -> String {
 /// module, its compiled crate, its incremental state), keeping the shared standard library
 /// and SDK.
 pub fn remove_artifacts(crate_dir: &Path, target_dir: &Path) {
-    let package = package_name(crate_dir);
-    let prefixes = [package.clone(), package.replace('-', "_")];
+    let prefixes = [package_name(crate_dir), crate_name(crate_dir)];
     let release = target_dir.join(crate::toolchain::TARGET).join("release");
     for dir in [
         release.clone(),
@@ -115,27 +116,21 @@ const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Builds the crate in `crate_dir` into `target_dir`. When crates besides the cell's own
 /// need compiling (the first build of a machine compiles the standard library and the SDK,
 /// about a minute), `progress` gets reports of how many are built of how many, ending with
-/// a finished one; a build of the cell alone reports nothing.
+/// a finished one; a build of the cell alone reports nothing. How cargo runs rustc for the
+/// cell's crate is recorded at `record` ([`super::direct`]).
 pub fn build(
     toolchain: &Toolchain,
     crate_dir: &Path,
     target_dir: &Path,
+    record: &Path,
     interrupt: &Arc<AtomicBool>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf, BuildFailure> {
     let mut command = toolchain.build_command(crate_dir, target_dir);
-    // In a process group of its own, a Ctrl-C at the terminal reaches the session (which
-    // stops the build) rather than killing cargo behind its back.
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut child = command
-        .arg("--message-format=json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| BuildFailure::Tool(format!("cannot run cargo: {e}")))?;
+    direct::record_rustc(&mut command, target_dir, record, &crate_name(crate_dir))
+        .map_err(BuildFailure::Tool)?;
+    let mut child = spawn(command.arg("--message-format=json"), "cargo")?;
     let stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
     let own_manifest = crate_dir.join("Cargo.toml");
     let (artifacts, built) = mpsc::channel::<Artifact>();
     let diagnostics = std::thread::spawn(move || {
@@ -158,13 +153,61 @@ pub fn build(
         }
         diagnostics
     });
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
-        text
-    });
+    let errors = read_all(child.stderr.take().expect("piped"));
     let started = Instant::now();
     let mut crates = CrateCount::default();
+    let status = wait(&mut child, interrupt, "cargo", &mut || {
+        for artifact in built.try_iter() {
+            crates.built += 1;
+            if artifact.dependency_built && crates.total.is_none() {
+                crates.total = Some(unit_count(toolchain, crate_dir, target_dir));
+            }
+        }
+        crates.report(started, false, progress);
+    })?;
+    let diagnostics = diagnostics.join().unwrap_or_default();
+    crates.built += built.try_iter().count() as u64;
+    crates.report(started, true, progress);
+    let tool_stderr = errors.join().unwrap_or_default();
+    let wasm = wasm_path(target_dir, &package_name(crate_dir));
+    finish(status, wasm, diagnostics, &tool_stderr, "cargo")
+}
+
+/// The crate name rustc knows the cell crate in `dir` by.
+pub(super) fn crate_name(dir: &Path) -> String {
+    package_name(dir).replace('-', "_")
+}
+
+/// Starts `command` with its stdout and stderr piped, in a process group of its own: a
+/// Ctrl-C at the terminal then reaches the session (which stops the build) rather than
+/// killing the build behind its back.
+pub(super) fn spawn(command: &mut Command, tool: &str) -> Result<Child, BuildFailure> {
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(command, 0);
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| BuildFailure::Tool(format!("cannot run {tool}: {e}")))
+}
+
+/// Reads all of `from` on a thread of its own.
+pub(super) fn read_all(from: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(from).read_to_string(&mut text);
+        text
+    })
+}
+
+/// Waits for `child`, calling `tick` every few milliseconds meanwhile; kills it when
+/// `interrupt` is set.
+pub(super) fn wait(
+    child: &mut Child,
+    interrupt: &AtomicBool,
+    tool: &str,
+    tick: &mut dyn FnMut(),
+) -> Result<ExitStatus, BuildFailure> {
     let status = loop {
         if interrupt.load(Ordering::SeqCst) {
             let _ = child.kill();
@@ -173,25 +216,26 @@ pub fn build(
         }
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(BuildFailure::Tool(format!("cannot wait for cargo: {e}"))),
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => return Err(BuildFailure::Tool(format!("cannot wait for {tool}: {e}"))),
         }
-        for artifact in built.try_iter() {
-            crates.built += 1;
-            if artifact.dependency_built && crates.total.is_none() {
-                crates.total = Some(unit_count(toolchain, crate_dir, target_dir));
-            }
-        }
-        crates.report(started, false, progress);
+        tick();
     };
-    if interrupt.load(Ordering::SeqCst) {
-        return Err(BuildFailure::Interrupted);
+    match interrupt.load(Ordering::SeqCst) {
+        true => Err(BuildFailure::Interrupted),
+        false => Ok(status),
     }
-    let diagnostics = diagnostics.join().unwrap_or_default();
-    crates.built += built.try_iter().count() as u64;
-    crates.report(started, true, progress);
-    let cargo_stderr = errors.join().unwrap_or_default();
-    let wasm = wasm_path(target_dir, &package_name(crate_dir));
+}
+
+/// What a finished build gives: its module, the compiler's errors, or what the tool printed
+/// when it failed without one.
+pub(super) fn finish(
+    status: ExitStatus,
+    wasm: PathBuf,
+    diagnostics: Vec<Diagnostic>,
+    tool_stderr: &str,
+    tool: &str,
+) -> Result<PathBuf, BuildFailure> {
     if status.success() && wasm.is_file() {
         return Ok(wasm);
     }
@@ -200,10 +244,10 @@ pub fn build(
         .filter(|d| d.level == "error" && !d.message.starts_with("aborting due to"))
         .collect();
     if errors.is_empty() {
-        let tail: Vec<&str> = cargo_stderr.lines().rev().take(20).collect();
+        let tail: Vec<&str> = tool_stderr.lines().rev().take(20).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(BuildFailure::Tool(format!(
-            "cargo failed without a compiler error:\n{}",
+            "{tool} failed without a compiler error:\n{}",
             tail.join("\n")
         )));
     }

@@ -1,7 +1,6 @@
 //! The Rust cells a session has built, by everything their build read: running a cell again
 //! (the same source, kept items, restored variables, SDK and toolchain) reuses its module
-//! instead of starting cargo, whose start-up and fingerprinting take far longer than a small
-//! cell runs.
+//! instead of building it again.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -50,9 +49,9 @@ impl BuiltCells {
     }
 }
 
-/// What a cell's build depends on: the generated crate's files, the toolchain, and the SDK's
-/// sources (by path, size and modification time, so an edited SDK rebuilds).
-pub(crate) fn key(generated: &Generated, toolchain: &Toolchain, sdk_dir: &Path) -> blake3::Hash {
+/// What a cell's build depends on: the generated crate's files and its
+/// [`build_inputs`].
+pub(crate) fn key(generated: &Generated, inputs: &blake3::Hash) -> blake3::Hash {
     let mut hasher = blake3::Hasher::new();
     let mut field = |bytes: &[u8]| {
         hasher.update(&(bytes.len() as u64).to_le_bytes());
@@ -64,6 +63,19 @@ pub(crate) fn key(generated: &Generated, toolchain: &Toolchain, sdk_dir: &Path) 
         field(path.as_bytes());
         field(text.as_bytes());
     }
+    field(inputs.as_bytes());
+    hasher.finalize()
+}
+
+/// What every cell's build depends on besides its own sources: the toolchain, and the SDK's
+/// sources (by path, size and modification time, so an edited SDK rebuilds). While these
+/// stay the same, so does the rustc command of a session's cell crate (see `direct`).
+pub(crate) fn build_inputs(toolchain: &Toolchain, sdk_dir: &Path) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
     field(toolchain.describe().as_bytes());
     field(sdk_dir.as_os_str().as_encoded_bytes());
     for entry in ["Cargo.toml", "build.rs", "src"] {
