@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.7, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.8, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 7)
+#define NL_ABI_VERSION ((1 << 16) | 8)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -119,6 +119,11 @@ NL_IMPORT("device_time_ns") int64_t nl_device_time_ns(void);
 NL_IMPORT("fail")
 int32_t nl_fail(const char *name, int32_t name_len, const char *msg, int32_t msg_len,
                 const char *at, int32_t at_len);
+/** ABI 1.8: the part of nl_device_time_ns spent in collectives, nanoseconds. */
+NL_IMPORT("collective_time_ns") int64_t nl_collective_time_ns(void);
+/** ABI 1.8: one NeuronCore's peak TensorEngine FLOP/s for a dtype code, or a negative error
+ * code. */
+NL_IMPORT("peak_flops") int64_t nl_peak_flops(int32_t dtype);
 
 /* tensor */
 

@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.7) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.8) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -16,7 +16,8 @@
 //!   [`display_html`], [`display_svg`], [`display`], [`Tensor::display`]; a
 //!   [`DisplayHandle`] to update a display in place, and [`clear_output`].
 //! - Clocks: [`clock`] for host time, [`device_time`] for the modeled device time of what ran
-//!   on this guest's core (the "modeled" figures of the cell summary).
+//!   on this guest's core (the "modeled" figures of the cell summary), [`collective_time`]
+//!   for its collective part; [`peak_flops`] for the core's published matmul peak.
 //! - [`plot`]: line, bar and heatmap plots with labelled axes and units, drawn by the host
 //!   (SVG in a notebook, text in the REPL).
 //! - [`compile`] for compiled functions with guards and recompile reasons, [`lazy`] and
@@ -105,8 +106,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use op::call;
 pub use ops::*;
 pub use output::{
-    clear_output, clock, device_time, display, display_html, display_svg, DisplayHandle,
-    Displayable, Html, Svg,
+    clear_output, clock, collective_time, device_time, display, display_html, display_svg,
+    peak_flops, DisplayHandle, Displayable, Html, Svg,
 };
 pub use tensor::{from_slice, Tensor};
 

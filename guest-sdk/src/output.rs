@@ -373,3 +373,22 @@ pub fn clock() -> Duration {
 pub fn device_time() -> Duration {
     Duration::from_nanos(u64::try_from(sys::device_time_ns()).unwrap_or(0))
 }
+
+/// The part of [`device_time`] this guest's core spent in collectives (ABI 1.8); the rest is
+/// compute. The model runs a core's ops and collectives one after another, so the two add up
+/// to [`device_time`] and all of it is exposed communication.
+pub fn collective_time() -> Duration {
+    Duration::from_nanos(u64::try_from(sys::collective_time_ns()).unwrap_or(0))
+}
+
+/// The published peak matmul throughput of one NeuronCore of the simulated instance for
+/// `dtype`, FLOP/s (ABI 1.8): what model FLOPs utilisation divides by.
+///
+/// # Example
+///
+/// ```ignore
+/// let mfu = model_flops / step.as_secs_f64() / (neuronlab::peak_flops(DType::BF16) * cores);
+/// ```
+pub fn peak_flops(dtype: crate::DType) -> f64 {
+    sys::peak_flops(dtype.code()).max(0) as f64
+}

@@ -32,6 +32,8 @@ mod ffi {
             at_ptr: *const u8,
             at_len: i32,
         ) -> i32;
+        pub fn collective_time_ns() -> i64;
+        pub fn peak_flops(dtype: i32) -> i64;
 
         pub fn tensor_create(
             dtype: i32,
@@ -337,6 +339,18 @@ pub(crate) fn clock_ns() -> i64 {
 pub(crate) fn device_time_ns() -> i64 {
     // SAFETY: no memory is passed.
     unsafe { ffi::device_time_ns() }
+}
+
+/// The part of [`device_time_ns`] spent in collectives, nanoseconds.
+pub(crate) fn collective_time_ns() -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::collective_time_ns() }
+}
+
+/// One NeuronCore's peak TensorEngine FLOP/s for a dtype code, or a negative error code.
+pub(crate) fn peak_flops(dtype: i32) -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::peak_flops(dtype) }
 }
 
 /// A new tensor from dense row-major little-endian data; returns its handle.

@@ -11,7 +11,8 @@ use neuronlab_core::ops::Attrs;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::Runtime;
 use neuronlab_dist::World;
-use neuronlab_sandbox::{Guest, Limits, Sandbox, Shared};
+use neuronlab_core::DType;
+use neuronlab_sandbox::{ErrorCode, Guest, Limits, Sandbox, Shared};
 
 fn guest(runtime: &Arc<Runtime>) -> Guest {
     let sandbox = Sandbox::new(None).unwrap();
@@ -29,7 +30,12 @@ fn guest(runtime: &Arc<Runtime>) -> Guest {
 }
 
 fn call(guest: &mut Guest, entry: &str) -> i64 {
-    let out = guest.call(entry, &[]).unwrap();
+    call_with(guest, entry, &[])
+}
+
+fn call_with(guest: &mut Guest, entry: &str, args: &[&str]) -> i64 {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = guest.call(entry, &args).unwrap();
     out.first().map_or(0, |v| v.parse().unwrap())
 }
 
@@ -89,4 +95,28 @@ fn the_device_clock_advances_by_the_modeled_time_of_each_op() {
         0.0,
         "other cores' clocks are apart"
     );
+    assert_eq!(call(&mut guest, "comm"), 0, "matmuls are compute");
+}
+
+#[test]
+fn peak_flops_are_the_instances_published_figures_per_core() {
+    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+        topology: Topology::preset("trn2.48xlarge", None).unwrap(),
+        host_limit: 1 << 30,
+    }));
+    let mut guest = guest(&runtime);
+    let topology = runtime.topology();
+    for dtype in [DType::Bf16, DType::F16, DType::F32] {
+        let code = dtype.code().to_string();
+        assert_eq!(
+            call_with(&mut guest, "peak", &[&code]),
+            topology.tensor_flops(dtype).round() as i64,
+            "{dtype}"
+        );
+    }
+    // Trainium2: 667 dense BF16 TFLOPS per chip of 8 NeuronCores (4 logical cores at LNC=2).
+    let bf16 = call_with(&mut guest, "peak", &[&DType::Bf16.code().to_string()]);
+    assert_eq!(bf16, 667_000_000_000_000 / topology.cores_per_chip() as i64);
+    let invalid = call_with(&mut guest, "peak", &["99"]);
+    assert_eq!(invalid, ErrorCode::Invalid as i64, "a code that is not a dtype");
 }

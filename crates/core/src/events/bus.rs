@@ -32,6 +32,8 @@ struct Recorder {
     /// Per core (by index), the modeled device time of every op and collective published
     /// on it, microseconds: the cores' device clocks.
     device_us: Vec<f64>,
+    /// Per core, the part of `device_us` spent in collectives.
+    collective_us: Vec<f64>,
 }
 
 impl Recorder {
@@ -43,8 +45,12 @@ impl Recorder {
             let i = core.0 as usize;
             if self.device_us.len() <= i {
                 self.device_us.resize(i + 1, 0.0);
+                self.collective_us.resize(i + 1, 0.0);
             }
             self.device_us[i] += us;
+            if matches!(kind, EventKind::Collective(_)) {
+                self.collective_us[i] += us;
+            }
         }
         Event {
             seq,
@@ -90,6 +96,7 @@ impl EventBus {
                 dropped: 0,
                 subscribers: Arc::new([]),
                 device_us: Vec::new(),
+                collective_us: Vec::new(),
             }),
         }
     }
@@ -184,6 +191,16 @@ impl EventBus {
         let recorder = self.recorder();
         recorder
             .device_us
+            .get(core.0 as usize)
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// The part of [`EventBus::device_us`] that `core` spent in collectives.
+    pub fn collective_us(&self, core: CoreId) -> f64 {
+        let recorder = self.recorder();
+        recorder
+            .collective_us
             .get(core.0 as usize)
             .copied()
             .unwrap_or(0.0)
@@ -315,6 +332,8 @@ mod tests {
         assert!((bus.device_us(CoreId(1)) - 16.0).abs() < 1e-9);
         assert!((bus.device_us(CoreId(3)) - 1.0).abs() < 1e-9);
         assert_eq!(bus.device_us(CoreId(7)), 0.0, "a core nothing ran on");
+        assert!((bus.collective_us(CoreId(1)) - 4.0).abs() < 1e-9, "its collective part");
+        assert_eq!(bus.collective_us(CoreId(3)), 0.0);
     }
 
     #[test]

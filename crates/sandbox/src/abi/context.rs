@@ -48,6 +48,8 @@ pub struct GuestState {
     pub(crate) started: Instant,
     /// The core's device clock (`EventBus::device_us`) when the instance started.
     pub(crate) device_started_us: f64,
+    /// The collective part of that clock (`EventBus::collective_us`) then.
+    pub(crate) collective_started_us: f64,
     /// The guest's exported memory, found on the first access (a lookup by name costs more
     /// than a small op).
     memory: Option<wasmtime::Memory>,
@@ -77,6 +79,7 @@ impl GuestState {
         let salt = base.wrapping_add(NEXT.fetch_add(0x9e7, Ordering::Relaxed));
         let runtime = comm.runtime().clone();
         let device_started_us = runtime.bus().device_us(comm.core());
+        let collective_started_us = runtime.bus().collective_us(comm.core());
         GuestState {
             runtime,
             core: comm.core(),
@@ -95,6 +98,7 @@ impl GuestState {
             reported: None,
             started: Instant::now(),
             device_started_us,
+            collective_started_us,
             memory: None,
         }
     }

@@ -1,12 +1,13 @@
 //! The `sys` group of imports (ABI.md "sys"): the last error, output, displays, the host
-//! clock, the run's arguments, the core's modeled device clock and the failure a guest
-//! reports before it traps.
+//! clock, the run's arguments, the core's modeled device clock (and its collective part), the
+//! core's peak matmul throughput, and the failure a guest reports before it traps.
 
-use super::context::{encode_strings, read, read_str, status, write_capped, Ctx};
+use super::context::{encode_strings, read, read_str, status, status64, write_capped, Ctx};
 use super::table::{imports, Import};
 use crate::guest_error::Reported;
 use crate::guest_output::GuestOutput;
 use crate::status::{ErrorCode, Fail};
+use neuronlab_core::DType;
 
 /// The sys group, in ABI.md's order.
 pub(crate) const SYS: &[Import] = imports! { Sys;
@@ -88,6 +89,26 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
             Ok(0)
         })();
         status(&mut c, r)
+    }
+    #[since(1, 8)]
+    fn collective_time_ns(c) -> i64 {
+        let state = c.data();
+        let us = state.runtime.bus().collective_us(state.core) - state.collective_started_us;
+        (us * 1e3).round().max(0.0) as i64
+    }
+    #[since(1, 8)]
+    fn peak_flops(c, dtype: i32) -> i64 {
+        let r = u32::try_from(dtype)
+            .ok()
+            .and_then(DType::from_code)
+            .map(|d| c.data().runtime.topology().tensor_flops(d).round() as i64)
+            .ok_or_else(|| {
+                Fail(
+                    ErrorCode::Invalid,
+                    format!("{dtype} is not a dtype code (0..=7, see ABI.md)"),
+                )
+            });
+        status64(&mut c, r)
     }
 };
 

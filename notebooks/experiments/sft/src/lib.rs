@@ -19,7 +19,8 @@
 //!
 //! On one rank the step is compiled, and the compile count shows what packing buys; sharded
 //! steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
-//! accuracy (greedy answers to all 100 sums) before and after, the compile counts, each
+//! accuracy (greedy answers to all 100 sums) before and after, the compile counts, the
+//! modeled step time (compute and communication), tokens/s and model FLOPs utilisation, each
 //! core's parameters, gradients and optimizer state in bytes, and with
 //! `--save` the consolidated model as a Hugging Face folder, and plots the loss curve.
 
@@ -324,6 +325,73 @@ fn args() -> Result<Args> {
     Ok(a)
 }
 
+/// Model FLOPs of training on one token, as PaLM counts them (appendix B): 6 per parameter
+/// that multiplies (2 forward, 4 backward) plus 12 per layer, head dim and context position for
+/// attention's scores and values. The input embedding is a lookup, not a matmul; a tied one is
+/// the LM head's matmul too.
+fn flops_per_token(config: &LlamaConfig, parameters: i64) -> f64 {
+    let embedding = match config.tie_word_embeddings {
+        true => 0,
+        false => config.vocab_size * config.hidden_size,
+    };
+    let attention = 12 * config.num_hidden_layers * config.num_attention_heads * config.head_dim;
+    6.0 * (parameters - embedding) as f64 + (attention * SEQ as i64) as f64
+}
+
+/// This rank's modeled device time over the training steps (the loss, backward and optimizer
+/// step; not the loss logging), with its collective part, and the tokens the steps trained on.
+#[derive(Default)]
+struct StepCost {
+    device: std::time::Duration,
+    collectives: std::time::Duration,
+    tokens: usize,
+}
+
+impl StepCost {
+    fn add(&mut self, (device, collectives): (std::time::Duration, std::time::Duration), tokens: usize) {
+        self.device += neuronlab::device_time() - device;
+        self.collectives += neuronlab::collective_time() - collectives;
+        self.tokens += tokens;
+    }
+
+    /// Prints the slowest rank's mean step, split into compute and communication, and the
+    /// modeled throughput and model FLOPs utilisation: a step takes as long as its slowest
+    /// rank, and every rank's core counts towards the peak.
+    fn report(&self, steps: usize, flops_per_token: f64) -> Result<()> {
+        let mine = from_slice(
+            &[self.device.as_secs_f64(), self.collectives.as_secs_f64()],
+            &[1, 2],
+        )?;
+        let all = dist::all_gather(&mine, 0, &Group::world())?.to_vec::<f64>()?;
+        let slowest = all
+            .chunks(2)
+            .max_by(|a, b| a[0].total_cmp(&b[0]))
+            .expect("one rank at least");
+        let (device, collectives) = (slowest[0], slowest[1]);
+        let step_ms = device * 1e3 / steps.max(1) as f64;
+        let comm_ms = collectives * 1e3 / steps.max(1) as f64;
+        let cores = dist::world_size() as f64;
+        let peak = neuronlab::peak_flops(DType::F32) * cores;
+        let tokens_per_s = self.tokens as f64 / device;
+        let mfu = flops_per_token * tokens_per_s / peak;
+        if dist::rank() == 0 {
+            println!(
+                "modeled step: {step_ms:.3} ms on the slowest rank = compute {:.3} ms + \
+                 communication {comm_ms:.3} ms (all exposed: the model overlaps no collective \
+                 with compute)",
+                step_ms - comm_ms
+            );
+            println!(
+                "modeled throughput: {tokens_per_s:.0} tokens/s; MFU {:.4}% of {cores} core(s) at \
+                 {:.1} TFLOPS each (FP32, the model's dtype)",
+                mfu * 100.0,
+                peak / cores / 1e12
+            );
+        }
+        Ok(())
+    }
+}
+
 /// What each rank holds of the training state, gathered to rank 0 and printed as a table:
 /// parameters (this rank's leaves), their gradients and the optimizer's state, in bytes.
 fn memory_table(model: &LlamaForCausalLM, opt: &dyn Optimizer) -> Result<()> {
@@ -359,6 +427,7 @@ fn run() -> Result<()> {
     let (tp, fsdp) = (Rc::new(mesh.group("tp")?), Rc::new(mesh.group("fsdp")?));
     let config = LlamaConfig::from_json(CONFIG)?;
     let mut model = LlamaForCausalLM::new(&config, DType::F32, a.seed)?;
+    let flops_per_token = flops_per_token(&config, model.num_parameters());
     if a.tp > 1 {
         parallel::parallelize(&mut model, &tp)?;
     }
@@ -401,6 +470,7 @@ fn run() -> Result<()> {
     )?;
     let mut shapes: Vec<Vec<i64>> = Vec::new();
     let mut curve: Vec<f32> = Vec::new();
+    let mut cost = StepCost::default();
     for n in 1..=a.steps {
         // Every rank draws the whole batch, so the FSDP ranks split one batch.
         let (ids, labels) = collator.batch(a.batch)?;
@@ -415,15 +485,22 @@ fn run() -> Result<()> {
         if !shapes.contains(&ids.shape()) {
             shapes.push(ids.shape());
         }
+        let started = (neuronlab::device_time(), neuronlab::collective_time());
         let l = if sharded {
             let l = loss(&model, &ids, &labels, &scale)?;
             let mut opt = opt.borrow_mut();
             opt.zero_grad()?;
             l.backward()?;
             opt.step()?;
-            dist::all_reduce(&l.detach()?, ReduceOp::Avg, &fsdp)?
+            l.detach()?
         } else {
             step.call1(&[&ids, &labels, &scale])?
+        };
+        cost.add(started, a.batch * ids.shape()[1] as usize);
+        // Averaging the logged loss over the FSDP ranks is not part of the step's cost.
+        let l = match sharded {
+            true => dist::all_reduce(&l, ReduceOp::Avg, &fsdp)?,
+            false => l,
         };
         let value = l.item::<f32>()?;
         curve.push(value);
@@ -449,6 +526,7 @@ fn run() -> Result<()> {
             stats.calls, stats.compiles, stats.cache_hits
         );
     }
+    cost.report(a.steps, flops_per_token)?;
     println!("accuracy after: {:.2}", accuracy(&model)?);
     memory_table(&model, &*opt.borrow())?;
     if dist::rank() == 0 {
