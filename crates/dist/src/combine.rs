@@ -41,7 +41,7 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// Every op, in torch's order.
-    const ALL: [ReduceOp; 5] = [
+    pub(crate) const ALL: [ReduceOp; 5] = [
         ReduceOp::Sum,
         ReduceOp::Avg,
         ReduceOp::Product,

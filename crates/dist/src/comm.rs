@@ -27,12 +27,13 @@ use std::time::{Duration, Instant};
 
 use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
 use super::group::ProcessGroup;
+use super::peers::{Message, Peers, WireCallBox, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
 use neuronlab_core::device::CoreId;
 use neuronlab_core::error::{Error, Result};
 use neuronlab_core::events::{CollectiveEvent, EventKind};
 use neuronlab_core::tensor::{Buffer, Tensor};
-use neuronlab_core::Runtime;
+use neuronlab_core::{DType, Runtime};
 
 /// How long a rank waits in a collective for the others before it reports a deadlock.
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,7 +84,7 @@ pub fn parse_timeout(text: &str) -> std::result::Result<Duration, String> {
 
 /// One collective call as a rank made it: what must agree across the ranks of a meeting.
 #[derive(Clone, Debug, PartialEq)]
-enum Call {
+pub(crate) enum Call {
     AllReduce(ReduceOp),
     AllGather { dim: usize },
     ReduceScatter { op: ReduceOp, dim: usize },
@@ -151,7 +152,36 @@ impl std::fmt::Display for Call {
 struct Arrival {
     rank: u32,
     call: Call,
-    input: Option<Tensor>,
+    input: Option<Input>,
+}
+
+/// A rank's input: its tensor, or what a rank in another process sent of it.
+enum Input {
+    Local(Tensor),
+    Remote(WireTensor),
+}
+
+impl Input {
+    fn dtype(&self) -> DType {
+        match self {
+            Input::Local(t) => t.dtype(),
+            Input::Remote(w) => w.dtype,
+        }
+    }
+
+    fn shape(&self) -> &[usize] {
+        match self {
+            Input::Local(t) => t.shape(),
+            Input::Remote(w) => &w.shape,
+        }
+    }
+
+    fn dense(&self) -> std::borrow::Cow<'_, Buffer> {
+        match self {
+            Input::Local(t) => dense(t),
+            Input::Remote(w) => std::borrow::Cow::Borrowed(&w.buffer),
+        }
+    }
 }
 
 impl Arrival {
@@ -180,11 +210,30 @@ struct Meeting {
     arrivals: Vec<Option<Arrival>>,
     /// Set once: every rank's result, or the error every rank gets.
     outcome: Option<std::result::Result<Arc<Outcome>, String>>,
-    /// Ranks that have taken their result; the meeting is removed when all have.
+    /// Ranks that have taken their result; the meeting is removed when all of this
+    /// process's members have.
     collected: usize,
+    /// Whether a rank is computing the outcome now (the arrivals are taken).
+    computing: bool,
+}
+
+/// `all_reduce #3 on group [0, 1]`.
+fn meeting_name(call: &Call, seq: u64, group: &ProcessGroup) -> String {
+    format!("{} #{seq} on group {group}", call.name())
 }
 
 impl Meeting {
+    fn open(call: &Call, group: &ProcessGroup) -> Meeting {
+        Meeting {
+            call: call.clone(),
+            opened: Instant::now(),
+            arrivals: (0..group.size()).map(|_| None).collect(),
+            outcome: None,
+            collected: 0,
+            computing: false,
+        }
+    }
+
     fn missing(&self, group: &ProcessGroup) -> Vec<u32> {
         group
             .ranks()
@@ -209,13 +258,21 @@ struct State {
     ended: HashMap<u32, String>,
 }
 
-/// The ranks of one SPMD launch: rank `r` runs on `cores[r]`, and all share one runtime.
+/// The ranks of one SPMD launch: rank `r` runs on `cores[r]`, and all share one runtime. A
+/// world may span processes ([`World::across`]); then this process runs some of its ranks.
 pub struct World {
     runtime: Arc<Runtime>,
     cores: Vec<CoreId>,
     options: WorldOptions,
     state: Mutex<State>,
     changed: Condvar,
+    spread: Option<Spread>,
+}
+
+/// How a world spans processes: `per_process` ranks in each, reached through `peers`.
+struct Spread {
+    peers: Arc<dyn Peers>,
+    per_process: u32,
 }
 
 impl World {
@@ -252,6 +309,39 @@ impl World {
         ))
     }
 
+    /// A world of `per_process` ranks in each of the processes `peers` reaches, rank
+    /// `process * per_process + i` on `neuron:<rank>` of every process's topology (so modeled
+    /// costs are those of a one-process world). This process runs [`World::local_ranks`].
+    /// Messages for the launcher reach `launcher` with the sending process.
+    pub fn across(
+        runtime: Arc<Runtime>,
+        per_process: u32,
+        peers: Arc<dyn Peers>,
+        options: WorldOptions,
+        launcher: Arc<dyn Fn(u32, Vec<u8>) + Send + Sync>,
+    ) -> Result<Arc<World>> {
+        let size = per_process
+            .checked_mul(peers.processes())
+            .ok_or_else(|| Error::Invalid("too many ranks".into()))?;
+        let world = World::new(runtime, size, options)?;
+        let mut world = Arc::try_unwrap(world).unwrap_or_else(|_| unreachable!("just made"));
+        world.spread = Some(Spread {
+            peers: peers.clone(),
+            per_process,
+        });
+        let world = Arc::new(world);
+        let weak = Arc::downgrade(&world);
+        peers.listen(Arc::new(move |from, message| match message {
+            Message::Launcher(bytes) => launcher(from, bytes),
+            other => {
+                if let Some(world) = weak.upgrade() {
+                    world.deliver(other);
+                }
+            }
+        }));
+        Ok(world)
+    }
+
     fn with_cores(runtime: Arc<Runtime>, cores: Vec<CoreId>, options: WorldOptions) -> World {
         World {
             runtime,
@@ -259,7 +349,90 @@ impl World {
             options,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            spread: None,
         }
+    }
+
+    /// The ranks this process runs: all of them unless the world spans processes.
+    pub fn local_ranks(&self) -> std::ops::Range<u32> {
+        match &self.spread {
+            None => 0..self.size(),
+            Some(s) => {
+                let first = s.peers.process() * s.per_process;
+                first..first + s.per_process
+            }
+        }
+    }
+
+    /// The process that runs `rank`.
+    fn process_of(&self, rank: u32) -> u32 {
+        self.spread.as_ref().map_or(0, |s| rank / s.per_process)
+    }
+
+    /// The transport to the world's other processes, when it spans several.
+    pub fn peers(&self) -> Option<&Arc<dyn Peers>> {
+        self.spread.as_ref().map(|s| &s.peers)
+    }
+
+    /// Sends `message` to every process but this one that runs a rank of `ranks`.
+    fn tell(&self, ranks: &[u32], message: &Message) -> std::result::Result<(), String> {
+        let Some(spread) = &self.spread else {
+            return Ok(());
+        };
+        let me = spread.peers.process();
+        let mut processes: Vec<u32> = ranks.iter().map(|&r| self.process_of(r)).collect();
+        processes.sort_unstable();
+        processes.dedup();
+        let bytes = message.encode();
+        for p in processes.into_iter().filter(|&p| p != me) {
+            spread.peers.send(p, bytes.clone())?;
+        }
+        Ok(())
+    }
+
+    /// What another process told this one about a meeting or a rank.
+    fn deliver(&self, message: Message) {
+        match message {
+            Message::Arrival {
+                group,
+                seq,
+                rank,
+                call,
+                invalid,
+                input,
+            } => {
+                let Ok(g) = ProcessGroup::new(group.clone(), self.size(), None) else {
+                    return;
+                };
+                let Ok(position) = g.rank_in_group(rank) else {
+                    return;
+                };
+                let key = MeetingKey { group, seq };
+                let mut state = self.lock();
+                let meeting = state
+                    .meetings
+                    .entry(key)
+                    .or_insert_with(|| Meeting::open(&call.0, &g));
+                if meeting.outcome.is_none() {
+                    if let Some(problem) = invalid {
+                        meeting.outcome = Some(Err(format!(
+                            "{} failed: rank {rank} passed an invalid call: {problem}",
+                            meeting_name(&meeting.call, seq, &g)
+                        )));
+                    }
+                }
+                meeting.arrivals[position] = Some(Arrival {
+                    rank,
+                    call: call.0,
+                    input: input.map(Input::Remote),
+                });
+            }
+            Message::Departed { rank, how } => {
+                self.lock().ended.insert(rank, how);
+            }
+            Message::Launcher(_) => return,
+        }
+        self.changed.notify_all();
     }
 
     /// Number of ranks.
@@ -289,9 +462,10 @@ impl World {
     /// If `rank` is not below [`World::size`] (a launcher bug, not user input).
     pub fn rank(self: &Arc<Self>, rank: u32) -> RankComm {
         assert!(
-            rank < self.size(),
-            "rank {rank} of a world of {}",
-            self.size()
+            self.local_ranks().contains(&rank),
+            "rank {rank} of a world of {} (this process runs {:?})",
+            self.size(),
+            self.local_ranks()
         );
         RankComm {
             world: self.clone(),
@@ -304,8 +478,11 @@ impl World {
     /// Records that `rank`'s guest has ended (`how`: "finished", "stopped with an error:
     /// ..."), so meetings waiting for it fail at once instead of timing out.
     pub fn depart(&self, rank: u32, how: String) {
-        self.lock().ended.insert(rank, how);
+        self.lock().ended.insert(rank, how.clone());
         self.changed.notify_all();
+        // Best effort: a process that cannot hear it times out instead.
+        let everyone: Vec<u32> = (0..self.size()).collect();
+        let _ = self.tell(&everyone, &Message::Departed { rank, how });
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -439,13 +616,26 @@ impl RankComm {
                 *seq
             },
         };
+        let invalid = check_call(&call, group, input);
+        // Ranks in other processes get the arrival too (a copy of the input's elements).
+        let wire = self.world.spread.as_ref().map(|_| Message::Arrival {
+            group: key.group.clone(),
+            seq: key.seq,
+            rank: self.rank,
+            call: WireCallBox(call.clone()),
+            invalid: invalid.clone(),
+            input: input.map(|t| WireTensor {
+                dtype: t.dtype(),
+                shape: t.shape().to_vec(),
+                buffer: dense(t).into_owned(),
+            }),
+        });
         let arrival = Arrival {
             rank: self.rank,
             call: call.clone(),
-            input: input.cloned(),
+            input: input.cloned().map(Input::Local),
         };
-        let invalid = check_call(&call, group, input);
-        let outcome = self.meet(group, &key, position, arrival, invalid)?;
+        let outcome = self.meet(group, &key, position, arrival, invalid, wire)?;
         let result = match &*outcome {
             Outcome::Same(buffer, shape) => Some((buffer, shape)),
             Outcome::PerRank(parts) => parts.get(position).map(|(b, s)| (b, s)),
@@ -473,21 +663,21 @@ impl RankComm {
         position: usize,
         arrival: Arrival,
         invalid: Option<String>,
+        wire: Option<Message>,
     ) -> Result<Arc<Outcome>> {
         let world = &*self.world;
         let timeout = world.options.timeout;
+        let local_members = group
+            .ranks()
+            .iter()
+            .filter(|r| world.local_ranks().contains(r))
+            .count();
         let mut state = world.lock();
         let meeting = state
             .meetings
             .entry(key.clone())
-            .or_insert_with(|| Meeting {
-                call: arrival.call.clone(),
-                opened: Instant::now(),
-                arrivals: (0..group.size()).map(|_| None).collect(),
-                outcome: None,
-                collected: 0,
-            });
-        let what = format!("{} #{} on group {group}", meeting.call.name(), key.seq);
+            .or_insert_with(|| Meeting::open(&arrival.call, group));
+        let what = meeting_name(&meeting.call, key.seq, group);
         if meeting.outcome.is_none() {
             if let Some(problem) = invalid {
                 meeting.outcome = Some(Err(format!(
@@ -497,24 +687,47 @@ impl RankComm {
             }
         }
         meeting.arrivals[position] = Some(arrival);
-        if meeting.outcome.is_none() && meeting.arrivals.iter().all(Option::is_some) {
-            let arrivals: Vec<Arrival> = meeting
-                .arrivals
-                .iter_mut()
-                .filter_map(Option::take)
-                .collect();
-            // Compute without the lock, so other groups' meetings go on meanwhile.
+        if let Some(message) = wire {
+            // Sent without the lock: the other processes' listeners take it meanwhile.
             drop(state);
-            let computed = compute(group, arrivals).map(Arc::new);
+            let sent = world.tell(group.ranks(), &message);
             state = world.lock();
+            if let Err(e) = sent {
+                let meeting = state.meetings.get_mut(key).expect("meeting stays");
+                let message = format!("{what} failed: cannot reach the other processes: {e}");
+                meeting.outcome.get_or_insert(Err(message.clone()));
+                world.changed.notify_all();
+                return Err(Error::Collective(message));
+            }
+        }
+        loop {
             let meeting = state
                 .meetings
                 .get_mut(key)
                 .expect("meeting stays until collected");
-            meeting.outcome = Some(computed.map_err(|e| format!("{what} failed: {e}")));
-            world.changed.notify_all();
-        }
-        loop {
+            // The first rank to see every arrival computes, without the lock, so other
+            // groups' meetings go on meanwhile.
+            if meeting.outcome.is_none()
+                && !meeting.computing
+                && meeting.arrivals.iter().all(Option::is_some)
+            {
+                meeting.computing = true;
+                let arrivals: Vec<Arrival> = meeting
+                    .arrivals
+                    .iter_mut()
+                    .filter_map(Option::take)
+                    .collect();
+                drop(state);
+                let computed = compute(group, arrivals).map(Arc::new);
+                state = world.lock();
+                let meeting = state
+                    .meetings
+                    .get_mut(key)
+                    .expect("meeting stays until collected");
+                meeting.outcome = Some(computed.map_err(|e| format!("{what} failed: {e}")));
+                world.changed.notify_all();
+                continue;
+            }
             let State { meetings, ended } = &mut *state;
             let meeting = meetings
                 .get_mut(key)
@@ -528,11 +741,19 @@ impl RankComm {
                 }
                 if outcome.is_ok() {
                     meeting.collected += 1;
-                    if meeting.collected == group.size() {
+                    if meeting.collected == local_members {
                         meetings.remove(key);
                     }
                 }
                 return outcome.map_err(Error::Collective);
+            }
+            if meeting.computing {
+                state = world
+                    .changed
+                    .wait_timeout(state, CANCEL_POLL)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                continue;
             }
             let missing = meeting.missing(group);
             if self.interrupted() {
@@ -662,7 +883,7 @@ fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<
     if call == Call::Barrier {
         return Ok(Outcome::Nothing);
     }
-    let inputs: Vec<&Tensor> = arrivals
+    let inputs: Vec<&Input> = arrivals
         .iter()
         .map(|a| {
             a.input
@@ -670,7 +891,7 @@ fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<
                 .expect("every call but barrier has an input")
         })
         .collect();
-    let owned: Vec<std::borrow::Cow<'_, Buffer>> = inputs.iter().map(|t| dense(t)).collect();
+    let owned: Vec<std::borrow::Cow<'_, Buffer>> = inputs.iter().map(|t| t.dense()).collect();
     let buffers: Vec<&Buffer> = owned.iter().map(|b| b.as_ref()).collect();
     let shape = inputs[0].shape().to_vec();
     let n = group.size();

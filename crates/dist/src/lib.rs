@@ -22,6 +22,7 @@ pub mod comm;
 pub mod dtensor;
 pub mod group;
 pub mod mesh;
+pub mod peers;
 pub mod placement;
 pub mod ring_cost;
 
