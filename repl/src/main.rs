@@ -88,7 +88,9 @@ enum Command {
         /// The largest linear memory the guest may have, in MiB.
         #[arg(long, default_value_t = 1024)]
         memory_mib: usize,
-        /// Run as this many ranks, one per NeuronCore, as `torchrun --nproc_per_node`.
+        /// Run as this many ranks, one per NeuronCore, as `torchrun --nproc_per_node`. Under
+        /// `mpirun -n P` (a build with the `mpi` feature), the ranks of each process: the
+        /// world is P x nproc ranks, rank = process * nproc + thread.
         #[arg(long, default_value_t = 1)]
         nproc: u32,
         /// Show every rank's output (by default only rank 0's); what several ranks print

@@ -39,11 +39,12 @@ pub struct RunOptions {
 /// Runs the module at `path` as `options.nproc` ranks.
 pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     let mut session_options = SessionOptions::from_env().map_err(|e| e.to_string())?;
-    session_options.limits = options.limits;
+    session_options.limits = options.limits.clone();
     if let Some(text) = &options.collective_timeout {
         session_options.world.timeout =
             parse_timeout(text).map_err(|e| format!("--collective-timeout: {e}"))?;
     }
+    let collective_timeout = session_options.world.timeout;
     let mut session = Session::new(session_options)?;
     for (dir, access) in &options.dirs {
         let flag = match access {
@@ -59,26 +60,178 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     let module = session
         .load_module(path)
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
+    let processes = processes()?;
+    if let Some(p) = &processes {
+        stop_on_sigterm(session.interrupter())?;
+        if p.process() == 0 {
+            // Said first, so that mpirun's word on a process that died (`process rank 1
+            // exited on signal 9`) reads as the ranks it ran.
+            eprintln!(
+                "-- {}",
+                placement(p.processes().0.processes(), options.nproc)
+            );
+        }
+    }
+    let spread = processes.as_ref().map(Launched::processes);
     let request = RunRequest {
         nproc: options.nproc,
         entry: &options.entry,
         args: &options.args,
         guest_args: &options.guest_args,
         all_ranks: options.all_ranks,
+        processes: spread.as_ref(),
     };
-    let report = session
-        .run_module(&module, &request, &mut |o| renderer.output(0, o))
-        .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
+    // Process 0 shows every rank's output and reports for all; the others stay quiet.
+    let shows = processes.as_ref().is_none_or(|p| p.process() == 0);
+    let report = session.run_module(&module, &request, &mut |o| {
+        if shows {
+            renderer.output(0, o)
+        }
+    });
     renderer.finish();
+    let spans_processes = processes.is_some();
+    // Every process waits here for the others before MPI shuts down; when one does not
+    // answer, MPI cannot shut down, and the launch is aborted once this one has reported.
+    let stranded = processes.filter(|p| !p.finish(collective_timeout));
+    let result = report_run(report, shows, spans_processes, &session, &options);
+    if let Some(p) = stranded {
+        if let Err(e) = &result {
+            eprintln!("error: {e}");
+        }
+        eprintln!(
+            "neuronlab: process {}: another process stopped answering; aborting the launch",
+            p.process()
+        );
+        p.abort(1);
+    }
+    result
+}
+
+/// Prints the run's summary and outcome where this process reports (process 0 of a launch
+/// across processes).
+fn report_run(
+    report: Result<RunReport, neuronlab_session::CellError>,
+    shows: bool,
+    spans_processes: bool,
+    session: &Session,
+    options: &RunOptions,
+) -> Result<(), String> {
+    if !shows {
+        return report
+            .map(|_| ())
+            .map_err(|e| format!("{}: {}", e.ename, e.evalue));
+    }
+    let report = report.map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
+    let world_size = report.ranks.len() as u32;
     let events = session.runtime().bus().events();
+    let mut summary = Summary::from_events(&events).to_string();
+    if spans_processes {
+        summary.push_str(&format!(
+            "\n(the events of this process's {} ranks; the other {} processes keep theirs)",
+            options.nproc,
+            world_size / options.nproc.max(1) - 1
+        ));
+    }
     eprintln!(
         "\n-- {}\n-- {}",
-        headline(&report, options.nproc),
-        Summary::from_events(&events)
-            .to_string()
-            .replace('\n', "\n-- ")
+        headline(&report, world_size),
+        summary.replace('\n', "\n-- ")
     );
     outcome(&options.entry, report.ranks)
+}
+
+/// The processes of an `mpirun` launch, when this binary has the `mpi` feature; a clear
+/// error when it runs under mpirun without it (each process would run the whole world).
+#[cfg(feature = "mpi")]
+fn processes() -> Result<Option<Launched>, String> {
+    neuronlab_dist::mpi::MpiPeers::from_launcher().map(|p| p.map(Launched))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn processes() -> Result<Option<Launched>, String> {
+    match std::env::var("OMPI_COMM_WORLD_SIZE") {
+        Ok(n) => Err(format!(
+            "this neuronlab was built without MPI, so each of the {n} processes mpirun started \
+             would run a whole world of its own. Build it with `cargo build --release -p \
+             neuronlab-repl --features mpi` (needs libopenmpi-dev and libclang-dev)"
+        )),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A launch ended with SIGTERM (a scheduler's cancel, or a user's `kill`) interrupts the
+/// ranks as Ctrl-C does, so their collectives fail naming the ranks that never arrived and
+/// process 0 reports before it goes.
+#[cfg(feature = "mpi")]
+fn stop_on_sigterm(interrupter: neuronlab_session::Interrupter) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])
+        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            eprintln!("neuronlab: SIGTERM: interrupting this process's ranks");
+            interrupter.interrupt();
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn stop_on_sigterm(_: neuronlab_session::Interrupter) -> Result<(), String> {
+    Ok(())
+}
+
+/// This process's place in an `mpirun` launch.
+#[cfg(feature = "mpi")]
+struct Launched(std::sync::Arc<neuronlab_dist::mpi::MpiPeers>);
+
+#[cfg(feature = "mpi")]
+impl Launched {
+    fn processes(&self) -> neuronlab_dist::peers::Processes {
+        neuronlab_dist::peers::Processes(self.0.clone())
+    }
+    fn process(&self) -> u32 {
+        neuronlab_dist::peers::Peers::process(&*self.0)
+    }
+    fn finish(&self, deadline: std::time::Duration) -> bool {
+        self.0.finish(deadline)
+    }
+    fn abort(&self, code: i32) -> ! {
+        self.0.abort(code)
+    }
+}
+
+/// Without the `mpi` feature there is never a launch of several processes.
+#[cfg(not(feature = "mpi"))]
+enum Launched {}
+
+#[cfg(not(feature = "mpi"))]
+impl Launched {
+    fn processes(&self) -> neuronlab_dist::peers::Processes {
+        match *self {}
+    }
+    fn process(&self) -> u32 {
+        match *self {}
+    }
+    fn finish(&self, _: std::time::Duration) -> bool {
+        match *self {}
+    }
+    fn abort(&self, _: i32) -> ! {
+        match *self {}
+    }
+}
+
+/// `2 processes x 2 ranks: process 0 runs ranks 0-1, process 1 runs ranks 2-3`.
+fn placement(processes: u32, per_process: u32) -> String {
+    let each: Vec<String> = (0..processes)
+        .map(|p| match per_process {
+            1 => format!("process {p} runs rank {p}"),
+            n => format!("process {p} runs ranks {}-{}", p * n, p * n + n - 1),
+        })
+        .collect();
+    format!(
+        "{processes} processes x {per_process} ranks: {}",
+        each.join(", ")
+    )
 }
 
 /// `hello compiled in 12.3 ms, run as 4 ranks`.

@@ -22,6 +22,8 @@ pub mod comm;
 pub mod dtensor;
 pub mod group;
 pub mod mesh;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod peers;
 pub mod placement;
 pub mod ring_cost;

@@ -28,9 +28,26 @@ pub trait Peers: Send + Sync {
     fn process(&self) -> u32;
     /// Sends `bytes` to process `to`; returns once they are on their way.
     fn send(&self, to: u32, bytes: Vec<u8>) -> Result<(), String>;
-    /// Has `deliver` called with every message another process sends this one, in order
-    /// per sender, on a thread of the transport's, until the transport is shut down.
+    /// Has `deliver` called with every message another process sends this one (also those
+    /// that came before), in order per sender, on a thread of the transport's, until the
+    /// transport is shut down.
     fn listen(&self, deliver: Arc<dyn Fn(u32, Message) + Send + Sync>);
+    /// How long process `process` has said nothing (heartbeats count), when the transport
+    /// knows; a launcher waiting for a process's report gives up on one silent for longer
+    /// than the collective timeout.
+    fn silent_for(&self, _process: u32) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// The processes of a launch, as a launcher passes them around.
+#[derive(Clone)]
+pub struct Processes(pub Arc<dyn Peers>);
+
+impl std::fmt::Debug for Processes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process {} of {}", self.0.process(), self.0.processes())
+    }
 }
 
 /// A rank's input to a collective, as it travels: dense little-endian data.
@@ -244,11 +261,15 @@ impl<'a> Reader<'a> {
     }
     /// A u32.
     pub fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     /// A u64.
     pub fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     /// Bytes after their length.
     pub fn bytes(&mut self) -> Result<&'a [u8], String> {
@@ -351,7 +372,10 @@ mod tests {
         for m in messages {
             let bytes = m.encode();
             assert_eq!(Message::decode(&bytes), Ok(m.clone()));
-            assert!(Message::decode(&bytes[..bytes.len() - 1]).is_err(), "{m:?} cut short");
+            assert!(
+                Message::decode(&bytes[..bytes.len() - 1]).is_err(),
+                "{m:?} cut short"
+            );
         }
         assert!(Message::decode(&[9]).is_err());
     }

@@ -16,11 +16,14 @@ use neuronlab_core::{DType, Error, Runtime};
 use neuronlab_dist::peers::{Message, Peers};
 use neuronlab_dist::{ProcessGroup, RankComm, ReduceOp, World, WorldOptions};
 
+/// A message on a channel: its sender and its bytes.
+type Sent = (u32, Vec<u8>);
+
 /// One simulated process's end of the channels.
 struct Pipes {
     me: u32,
-    to: Vec<Sender<(u32, Vec<u8>)>>,
-    from: Mutex<Option<Receiver<(u32, Vec<u8>)>>>,
+    to: Vec<Sender<Sent>>,
+    from: Mutex<Option<Receiver<Sent>>>,
 }
 
 impl Peers for Pipes {
@@ -130,7 +133,9 @@ fn input(comm: &RankComm, dtype: DType, shape: &[usize]) -> neuronlab_core::Tens
         DType::I32 => Buffer::I32(v.iter().map(|&x| (x * 100.0) as i32).collect()),
         other => unreachable!("{other}"),
     };
-    comm.runtime().tensor_on(comm.core(), buffer, shape).unwrap()
+    comm.runtime()
+        .tensor_on(comm.core(), buffer, shape)
+        .unwrap()
 }
 
 /// Every collective of the world group and of an unsorted subgroup, as bytes.
@@ -143,7 +148,12 @@ fn every_collective(comm: &mut RankComm, dtype: DType) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let ops: &[ReduceOp] = match dtype {
         DType::I32 => &[ReduceOp::Sum, ReduceOp::Max],
-        _ => &[ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Min],
+        _ => &[
+            ReduceOp::Sum,
+            ReduceOp::Avg,
+            ReduceOp::Product,
+            ReduceOp::Min,
+        ],
     };
     for &op in ops {
         out.push(bytes(comm.all_reduce(&world, &t, op).unwrap()));
@@ -164,7 +174,9 @@ fn every_collective_matches_the_one_process_world_bit_for_bit() {
     for (processes, per_process) in [(2, 2), (4, 1), (2, 3)] {
         for dtype in [DType::F32, DType::Bf16, DType::F16, DType::F64, DType::I32] {
             let n = processes * per_process;
-            let spread = across(processes, per_process, TIMEOUT, |c| every_collective(c, dtype));
+            let spread = across(processes, per_process, TIMEOUT, |c| {
+                every_collective(c, dtype)
+            });
             let one = together(n, |c| every_collective(c, dtype));
             assert_eq!(spread, one, "{processes} x {per_process} ranks, {dtype}");
         }
@@ -192,7 +204,10 @@ fn a_rank_that_ends_in_another_process_fails_the_meeting_by_name() {
             other => panic!("rank {rank}: {other:?}"),
         }
     }
-    assert!(started.elapsed() < TIMEOUT / 2, "at once, not at the timeout");
+    assert!(
+        started.elapsed() < TIMEOUT / 2,
+        "at once, not at the timeout"
+    );
 }
 
 #[test]
@@ -210,7 +225,10 @@ fn a_missing_rank_in_another_process_times_out_naming_it() {
     });
     match &results[0] {
         Err(Error::Collective(m)) => {
-            assert!(m.contains("timed out") && m.contains("rank(s) 1 never arrived"), "{m}")
+            assert!(
+                m.contains("timed out") && m.contains("rank(s) 1 never arrived"),
+                "{m}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -33,6 +33,25 @@ pub enum GuestErrorKind {
 }
 
 impl GuestErrorKind {
+    /// Every kind.
+    pub const ALL: [GuestErrorKind; 10] = [
+        GuestErrorKind::Load,
+        GuestErrorKind::Link,
+        GuestErrorKind::AbiVersion,
+        GuestErrorKind::MissingEntry,
+        GuestErrorKind::BadArguments,
+        GuestErrorKind::Trap,
+        GuestErrorKind::Interrupted,
+        GuestErrorKind::Deadline,
+        GuestErrorKind::ResourceLimit,
+        GuestErrorKind::Host,
+    ];
+
+    /// The kind whose [`name`](GuestErrorKind::name) is `name`.
+    pub fn from_name(name: &str) -> Option<GuestErrorKind> {
+        GuestErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// A short name for the kind, used as the error's title.
     pub fn name(self) -> &'static str {
         match self {

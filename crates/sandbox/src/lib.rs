@@ -17,6 +17,7 @@
 pub mod abi;
 pub mod checkpoint;
 pub mod grants;
+mod remote_ranks;
 pub mod spmd;
 pub mod var_store;
 

@@ -10,7 +10,8 @@
 //! what several ranks print alike once, as `[ranks 0-31]: `.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::Shared;
 use crate::{
@@ -19,7 +20,10 @@ use crate::{
 };
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_core::{Error, Runtime};
+use neuronlab_dist::peers::{Message, Processes};
 use neuronlab_dist::{RankComm, World, WorldOptions};
+
+use crate::remote_ranks::ForRankZero;
 
 /// What to launch.
 #[derive(Clone, Debug)]
@@ -34,6 +38,9 @@ pub struct SpmdOptions {
     pub limits: Limits,
     /// The world's settings (the collective timeout).
     pub world: WorldOptions,
+    /// The processes of a launch that spans several (`mpirun`), each running `nproc` ranks;
+    /// `None` for one process.
+    pub processes: Option<Processes>,
 }
 
 /// How one rank ended.
@@ -86,6 +93,10 @@ impl SpmdInterrupt {
 /// `output` receives each rank's output as it happens, tagged with the rank. Returns every
 /// rank's result in rank order; fails before starting when the world cannot exist (more
 /// ranks than cores).
+///
+/// With `options.processes`, this process runs its `nproc` ranks of the world of every
+/// process; process 0 shows every rank's text output and returns every rank's result, the
+/// others return none (they sent theirs to process 0).
 pub fn launch(
     sandbox: &Sandbox,
     module: &GuestModule,
@@ -95,13 +106,56 @@ pub fn launch(
     output: Arc<dyn Fn(u32, GuestOutput) + Send + Sync>,
     interrupt: &SpmdInterrupt,
 ) -> Result<Vec<RankResult>, Error> {
-    let world = World::new(runtime, options.nproc, options.world.clone())?;
-    let results = std::thread::scope(|scope| {
-        let ranks: Vec<_> = (0..options.nproc)
+    let (done_tx, done) = mpsc::channel();
+    let (world, to_rank_zero) = match &options.processes {
+        None => (
+            World::new(runtime, options.nproc, options.world.clone())?,
+            None,
+        ),
+        Some(Processes(peers)) => {
+            let shown = output.clone();
+            // Process 0 shows what the others' ranks print and collects their results.
+            let launcher =
+                Arc::new(
+                    move |from: u32, bytes: Vec<u8>| match ForRankZero::decode(&bytes) {
+                        Ok(ForRankZero::Output { rank, stderr, text }) => shown(
+                            rank,
+                            match stderr {
+                                true => GuestOutput::Stderr(text),
+                                false => GuestOutput::Stdout(text),
+                            },
+                        ),
+                        Ok(ForRankZero::Done(results)) => {
+                            let _ = done_tx.send((from, results));
+                        }
+                        Err(e) => eprintln!("neuronlab: a bad message from process {from}: {e}"),
+                    },
+                );
+            let world = World::across(
+                runtime,
+                options.nproc,
+                peers.clone(),
+                options.world.clone(),
+                launcher,
+            )?;
+            let to_rank_zero = (peers.process() != 0).then(|| peers.clone());
+            (world, to_rank_zero)
+        }
+    };
+    let results: Vec<RankResult> = std::thread::scope(|scope| {
+        let ranks: Vec<_> = world
+            .local_ranks()
             .map(|rank| {
                 let (world, output, shared) = (world.clone(), output.clone(), shared.clone());
-                let sink: OutputSink = Box::new(move |o| output(rank, o));
-                std::thread::Builder::new()
+                let sink: OutputSink = match to_rank_zero.clone() {
+                    None => Box::new(move |o| output(rank, o)),
+                    Some(peers) => Box::new(move |o| {
+                        if let Some(m) = ForRankZero::output(rank, o) {
+                            let _ = peers.send(0, Message::Launcher(m.encode()).encode());
+                        }
+                    }),
+                };
+                let spawned = std::thread::Builder::new()
                     .name(format!("neuronlab-rank{rank}"))
                     .spawn_scoped(scope, move || {
                         let comm = world.rank(rank);
@@ -113,37 +167,85 @@ pub fn launch(
                         };
                         world.depart(rank, how);
                         RankResult { rank, result }
-                    })
+                    });
+                (rank, spawned)
             })
             .collect();
         ranks
             .into_iter()
-            .enumerate()
-            .map(|(rank, spawned)| {
-                let rank = rank as u32;
-                match spawned.map(|h| h.join()) {
-                    Ok(Ok(result)) => result,
-                    Ok(Err(_)) => RankResult {
-                        rank,
-                        result: Err(GuestError::new(
-                            GuestErrorKind::Host,
-                            format!(
+            .map(|(rank, spawned)| match spawned.map(|h| h.join()) {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => RankResult {
+                    rank,
+                    result: Err(GuestError::new(
+                        GuestErrorKind::Host,
+                        format!(
                             "internal error: the thread of rank {rank} panicked; please report it"
                         ),
-                        )),
-                    },
-                    Err(e) => RankResult {
-                        rank,
-                        result: Err(GuestError::new(
-                            GuestErrorKind::Host,
-                            format!("cannot start the thread of rank {rank}: {e}"),
-                        )),
-                    },
-                }
+                    )),
+                },
+                Err(e) => RankResult {
+                    rank,
+                    result: Err(GuestError::new(
+                        GuestErrorKind::Host,
+                        format!("cannot start the thread of rank {rank}: {e}"),
+                    )),
+                },
             })
             .collect()
     });
-    Ok(results)
+    let Some(Processes(peers)) = &options.processes else {
+        return Ok(results);
+    };
+    if let Some(peers) = to_rank_zero {
+        let mine = results.into_iter().map(|r| (r.rank, r.result)).collect();
+        let bytes = Message::Launcher(ForRankZero::Done(mine).encode()).encode();
+        peers
+            .send(0, bytes)
+            .map_err(|e| Error::Collective(format!("cannot report to process 0: {e}")))?;
+        return Ok(Vec::new());
+    }
+    let mut all = results;
+    let mut waiting: Vec<u32> = (1..peers.processes()).collect();
+    let patience = options.world.timeout;
+    while !waiting.is_empty() {
+        match done.recv_timeout(Duration::from_millis(100)) {
+            Ok((from, theirs)) => {
+                waiting.retain(|&p| p != from);
+                all.extend(
+                    theirs
+                        .into_iter()
+                        .map(|(rank, result)| RankResult { rank, result }),
+                );
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // A process that stopped answering (it died) reports nothing: its ranks fail.
+                let silent: Vec<u32> = waiting
+                    .iter()
+                    .copied()
+                    .filter(|&p| peers.silent_for(p).is_some_and(|d| d > patience))
+                    .collect();
+                for p in silent {
+                    waiting.retain(|&q| q != p);
+                    let ranks = p * options.nproc..(p + 1) * options.nproc;
+                    let message = format!(
+                        "process {p} (ranks {}-{}) stopped answering for more than {:.1} s \
+                         (the collective timeout): it died, or mpirun stopped it",
+                        ranks.start,
+                        ranks.end - 1,
+                        patience.as_secs_f64()
+                    );
+                    all.extend(ranks.map(|rank| RankResult {
+                        rank,
+                        result: Err(GuestError::new(GuestErrorKind::Host, message.clone())),
+                    }));
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    all.sort_by_key(|r| r.rank);
+    Ok(all)
 }
 
 fn run_rank(

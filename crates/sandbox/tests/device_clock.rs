@@ -9,9 +9,9 @@ use neuronlab_core::device::topology::{CoreId, Topology};
 use neuronlab_core::events::EventKind;
 use neuronlab_core::ops::Attrs;
 use neuronlab_core::runtime::RuntimeOptions;
+use neuronlab_core::DType;
 use neuronlab_core::Runtime;
 use neuronlab_dist::World;
-use neuronlab_core::DType;
 use neuronlab_sandbox::{ErrorCode, Guest, Limits, Sandbox, Shared};
 
 fn guest(runtime: &Arc<Runtime>) -> Guest {
@@ -118,5 +118,9 @@ fn peak_flops_are_the_instances_published_figures_per_core() {
     let bf16 = call_with(&mut guest, "peak", &[&DType::Bf16.code().to_string()]);
     assert_eq!(bf16, 667_000_000_000_000 / topology.cores_per_chip() as i64);
     let invalid = call_with(&mut guest, "peak", &["99"]);
-    assert_eq!(invalid, ErrorCode::Invalid as i64, "a code that is not a dtype");
+    assert_eq!(
+        invalid,
+        ErrorCode::Invalid as i64,
+        "a code that is not a dtype"
+    );
 }

@@ -54,6 +54,7 @@ impl Lab {
             args: vec![],
             limits: Limits::default(),
             world: WorldOptions { timeout },
+            processes: None,
         };
         launch(
             &self.sandbox,
@@ -215,6 +216,7 @@ fn more_ranks_than_cores_is_refused_before_anything_starts() {
         args: vec![],
         limits: Limits::default(),
         world: WorldOptions::default(),
+        processes: None,
     };
     let e = launch(
         &lab.sandbox,

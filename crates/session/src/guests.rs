@@ -500,6 +500,7 @@ impl Session {
             args: &[],
             guest_args,
             all_ranks,
+            processes: None,
         };
         let report = match self.run_module(module, &request, out) {
             Ok(report) => report,

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use neuronlab_dist::peers::Processes;
 use neuronlab_sandbox::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
 };
@@ -28,6 +29,8 @@ pub struct RunRequest<'a> {
     pub guest_args: &'a [String],
     /// Show every rank's output, not only rank 0's.
     pub all_ranks: bool,
+    /// The processes the run spans (`mpirun`), each running `nproc` ranks; `None` for one.
+    pub processes: Option<&'a Processes>,
 }
 
 /// How a run went: the module it loaded and every rank's result, in rank order.
@@ -81,11 +84,14 @@ impl Session {
             args: request.args.to_vec(),
             limits: self.limits.clone(),
             world: self.world.clone(),
+            processes: request.processes.cloned(),
         };
+        let processes = request.processes.as_ref().map_or(1, |p| p.0.processes());
+        let world_size = request.nproc * processes;
         let view = RankView {
-            ranks: request.nproc,
+            ranks: world_size,
             all_ranks: request.all_ranks,
-            prefix: request.nproc > 1,
+            prefix: world_size > 1,
         };
         let sink = Mutex::new(self.router.sink());
         let outputs = Arc::new(RankOutputs::new(
@@ -103,9 +109,10 @@ impl Session {
             args: request.guest_args.into(),
             ..self.shared.clone()
         };
-        let what = match request.nproc {
-            1 => format!("running {}", module.name),
-            n => format!("running {} as {n} ranks", module.name),
+        let what = match (world_size, processes) {
+            (1, _) => format!("running {}", module.name),
+            (n, 1) => format!("running {} as {n} ranks", module.name),
+            (n, p) => format!("running {} as {n} ranks in {p} processes", module.name),
         };
         let mut watch = RunWatch::new(what, &runtime);
         let ranks = self.router.stream(&mut converter, out, &mut watch, || {

@@ -332,7 +332,10 @@ mod tests {
         assert!((bus.device_us(CoreId(1)) - 16.0).abs() < 1e-9);
         assert!((bus.device_us(CoreId(3)) - 1.0).abs() < 1e-9);
         assert_eq!(bus.device_us(CoreId(7)), 0.0, "a core nothing ran on");
-        assert!((bus.collective_us(CoreId(1)) - 4.0).abs() < 1e-9, "its collective part");
+        assert!(
+            (bus.collective_us(CoreId(1)) - 4.0).abs() < 1e-9,
+            "its collective part"
+        );
         assert_eq!(bus.collective_us(CoreId(3)), 0.0);
     }
 

@@ -1,0 +1,148 @@
+"""Ranks across processes over MPI: `mpirun -n P neuronlab run X --nproc T` runs a world of
+P x T ranks, rank = process * T + thread, and prints what `neuronlab run X --nproc P*T`
+prints in one process, bit for bit (every process computes each collective from the same
+inputs in the same group order).
+
+NEURONLAB_MPI_BIN names a `neuronlab` built with `--features mpi` (scripts/test builds one);
+without it these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from test_experiments import module
+
+MPI_BIN = os.environ.get("NEURONLAB_MPI_BIN")
+FIXTURES = Path(__file__).resolve().parents[2] / "crates" / "sandbox" / "tests" / "fixtures"
+
+pytestmark = pytest.mark.skipif(
+    not MPI_BIN, reason="NEURONLAB_MPI_BIN names an MPI build of neuronlab (scripts/test sets it)"
+)
+
+# As root, OpenMPI refuses to start without --allow-run-as-root; --oversubscribe lets more
+# processes than cores run on this 2-core machine.
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root"]
+
+
+def env() -> dict[str, str]:
+    cache = tempfile.mkdtemp(prefix="neuronlab-mpi-cache-")
+    return {**os.environ, "NEURONLAB_CACHE_DIR": cache}
+
+
+def neuronlab(*args: str, processes: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    assert MPI_BIN and Path(MPI_BIN).is_file(), f"{MPI_BIN} is missing"
+    command = [MPI_BIN, "run", *args]
+    if processes is not None:
+        command = [*MPIRUN, "-n", str(processes), *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env())
+
+
+@pytest.mark.parametrize(
+    "experiment,processes,per_process",
+    [("tp-mlp", 4, 1), ("tp-mlp", 2, 2), ("mesh-4x8", 4, 8)],
+)
+def test_a_world_across_processes_prints_what_one_process_prints(experiment, processes, per_process):
+    path = str(module(experiment))
+    one = neuronlab(path, "--nproc", str(processes * per_process))
+    assert one.returncode == 0, one.stdout + one.stderr
+    spread = neuronlab(path, "--nproc", str(per_process), processes=processes)
+    assert spread.returncode == 0, spread.stdout + spread.stderr
+    assert spread.stdout == one.stdout
+    assert f"run as {processes * per_process} ranks" in spread.stderr, spread.stderr
+
+
+def test_every_rank_shows_across_processes():
+    path = str(module("tp-mlp"))
+    one = neuronlab(path, "--nproc", "4", "--all-ranks")
+    spread = neuronlab(path, "--nproc", "2", "--all-ranks", processes=2)
+    assert one.returncode == spread.returncode == 0, spread.stdout + spread.stderr
+    assert spread.stdout == one.stdout
+    assert "[rank3]" in spread.stdout or "ranks 0-3" in spread.stdout, spread.stdout
+
+
+def test_a_rank_that_traps_fails_the_ranks_of_other_processes_by_name():
+    """last_rank_traps.wat: rank 3 traps while ranks 0-2 wait for it at a barrier; rank 2 runs
+    in the other process and learns of it at once, not at the collective timeout."""
+    started = time.monotonic()
+    r = neuronlab(str(FIXTURES / "last_rank_traps.wat"), "--nproc", "2", processes=2)
+    assert r.returncode != 0
+    assert "cannot complete: rank 3 stopped with an error" in r.stderr, r.stderr
+    assert "error: ranks 0, 1, 2: GuestTrap" in r.stderr, r.stderr
+    assert "-- 2 processes x 2 ranks: process 0 runs ranks 0-1, process 1 runs ranks 2-3" in r.stderr
+    assert time.monotonic() - started < 60
+
+
+def pid_of_process(n: int, command: str, within: float = 60) -> int:
+    """The pid of MPI process `n` of a running `neuronlab run`."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline and cmdline[0].decode(errors="replace") == command and (
+                f"OMPI_COMM_WORLD_RANK={n}".encode() in environ
+            ):
+                return int(entry.name)
+        time.sleep(0.1)
+    raise AssertionError(f"no MPI process {n} of {command} started")
+
+
+def kill_mid_run(*mpirun_options: str) -> tuple[subprocess.CompletedProcess, float]:
+    """Starts last_rank_traps.wat's `spin` (barriers for a long time) as 2 processes x 2
+    ranks, kills process 1 once both run, and waits for mpirun."""
+    command = [*MPIRUN, *mpirun_options, "-n", "2", MPI_BIN, "run", str(FIXTURES / "last_rank_traps.wat"),
+               "--entry", "spin", "--nproc", "2", "--deadline", "600", "--collective-timeout", "2"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    victim = pid_of_process(1, MPI_BIN)
+    pid_of_process(0, MPI_BIN)
+    time.sleep(1.5)
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    try:
+        out, err = child.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        raise AssertionError(f"mpirun hangs after a process was killed:\n{err}")
+    return subprocess.CompletedProcess(command, child.returncode, out, err), time.monotonic() - killed
+
+
+def test_a_killed_process_ends_the_launch_without_a_hang():
+    """Plain mpirun ends the job when a process dies and exits non-zero, naming the MPI
+    process; neuronlab said at the start which ranks that process ran."""
+    r, took = kill_mid_run()
+    assert r.returncode != 0, r.stderr
+    assert "process 1 runs ranks 2-3" in r.stderr and "process rank 1" in r.stderr, r.stderr
+    assert took < 30
+
+
+def test_a_killed_process_under_recovery_is_named_within_the_timeout():
+    """With --enable-recovery mpirun lets the others run on: their barrier fails at the
+    collective timeout naming the ranks that never arrived, and process 0 reports the dead
+    process's ranks as lost instead of waiting for them. (OpenMPI's mpirun then exits 0 in
+    this mode whatever the processes return; process 0 itself exits 1.)"""
+    r, took = kill_mid_run("--enable-recovery")
+    # Rank 3 may have arrived at the last barrier before its process died.
+    assert re.search(r"timed out after 2\.0 s: rank\(s\) 2(, 3)? never arrived", r.stderr), r.stderr
+    assert "ranks 2, 3: HostError: process 1 (ranks 2-3) stopped answering" in r.stderr, r.stderr
+    assert took < 30
+
+
+def test_bad_nproc_under_mpirun_is_a_clear_error():
+    r = neuronlab(str(module("tp-mlp")), "--nproc", "40", processes=2)
+    assert r.returncode != 0
+    assert "cannot start 80 rank(s)" in r.stdout + r.stderr, r.stdout + r.stderr
