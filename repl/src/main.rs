@@ -101,6 +101,10 @@ enum Command {
         /// (default: NEURONLAB_COLLECTIVE_TIMEOUT, or 5).
         #[arg(long)]
         collective_timeout: Option<String>,
+        /// Writes the run's events as a Chrome trace (Perfetto, chrome://tracing): every rank's
+        /// track, of every process under mpirun.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         /// Grants the guest this folder, read-only; it addresses the files as
         /// NAME/relative/path, NAME being the folder's name. Repeatable.
         #[arg(long = "dir", value_name = "PATH")]
@@ -190,6 +194,7 @@ fn main() -> ExitCode {
             nproc,
             all_ranks,
             collective_timeout,
+            trace,
             dirs,
             dirs_rw,
             args,
@@ -208,6 +213,7 @@ fn main() -> ExitCode {
                 nproc,
                 all_ranks,
                 collective_timeout,
+                trace,
                 dirs: dirs
                     .into_iter()
                     .map(|d| (d, Access::ReadOnly))

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use neuronlab_core::events::Summary;
+use neuronlab_core::events::{save_chrome_trace, Summary};
 use neuronlab_dist::comm::parse_timeout;
 use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::spmd::RankResult;
@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub all_ranks: bool,
     /// Seconds a collective waits for missing ranks (default: the environment or 5 s).
     pub collective_timeout: Option<String>,
+    /// Where to write the run's events as a Chrome trace.
+    pub trace: Option<PathBuf>,
     /// The folders granted to the guest (`--dir`, `--dir-rw`).
     pub dirs: Vec<(PathBuf, Access)>,
 }
@@ -89,11 +91,10 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         }
     });
     renderer.finish();
-    let spans_processes = processes.is_some();
     // Every process waits here for the others before MPI shuts down; when one does not
     // answer, MPI cannot shut down, and the launch is aborted once this one has reported.
     let stranded = processes.filter(|p| !p.finish(collective_timeout));
-    let result = report_run(report, shows, spans_processes, &session, &options);
+    let result = report_run(report, shows, &session, &options);
     if let Some(p) = stranded {
         if let Err(e) = &result {
             eprintln!("error: {e}");
@@ -112,7 +113,6 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
 fn report_run(
     report: Result<RunReport, neuronlab_session::CellError>,
     shows: bool,
-    spans_processes: bool,
     session: &Session,
     options: &RunOptions,
 ) -> Result<(), String> {
@@ -123,20 +123,21 @@ fn report_run(
     }
     let report = report.map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let world_size = report.ranks.len() as u32;
+    // Under mpirun, process 0's bus holds every process's events (see spmd::launch).
     let events = session.runtime().bus().events();
-    let mut summary = Summary::from_events(&events).to_string();
-    if spans_processes {
-        summary.push_str(&format!(
-            "\n(the events of this process's {} ranks; the other {} processes keep theirs)",
-            options.nproc,
-            world_size / options.nproc.max(1) - 1
-        ));
-    }
+    let summary = Summary::from_events(&events).to_string();
     eprintln!(
         "\n-- {}\n-- {}",
         headline(&report, world_size),
         summary.replace('\n', "\n-- ")
     );
+    if let Some(path) = &options.trace {
+        save_chrome_trace(path, &events).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!(
+            "-- trace written to {} (open it in Perfetto or chrome://tracing)",
+            path.display()
+        );
+    }
     outcome(&options.entry, report.ranks)
 }
 

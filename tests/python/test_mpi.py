@@ -9,6 +9,7 @@ without it these tests are skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -58,6 +59,27 @@ def test_a_world_across_processes_prints_what_one_process_prints(experiment, pro
     assert spread.returncode == 0, spread.stdout + spread.stderr
     assert spread.stdout == one.stdout
     assert f"run as {processes * per_process} ranks" in spread.stderr, spread.stderr
+
+
+def test_the_summary_and_trace_cover_every_process():
+    """mesh-4x8 as 4 processes x 8 ranks: process 0's summary counts the collectives of all
+    32 ranks, as the one-process run does, and `--trace` writes one Chrome trace with a
+    modeled track for each of the 32 cores."""
+    path = str(module("mesh-4x8"))
+    trace_dir = Path(tempfile.mkdtemp(prefix="neuronlab-mpi-trace-"))
+    one = neuronlab(path, "--nproc", "32", "--trace", str(trace_dir / "one.json"))
+    spread = neuronlab(path, "--nproc", "8", "--trace", str(trace_dir / "spread.json"), processes=4)
+    assert one.returncode == spread.returncode == 0, spread.stderr
+    collectives = lambda err: re.search(r"collectives (\d+)", err).group(1)
+    assert collectives(spread.stderr) == collectives(one.stderr), spread.stderr
+    assert "32 cores" in spread.stderr, spread.stderr
+
+    def modeled_cores(trace: Path) -> set[int]:
+        events = json.loads(trace.read_text())
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        return {e["tid"] for e in events if e.get("ph") == "X" and e.get("pid") == 2}
+
+    assert modeled_cores(trace_dir / "spread.json") == modeled_cores(trace_dir / "one.json") == set(range(32))
 
 
 def test_every_rank_shows_across_processes():

@@ -1,8 +1,10 @@
 //! What the other processes of a launch that spans processes send process 0, which shows
 //! every rank's output and reports every rank's result: each line or tensor a rank prints
 //! (as text; rich displays stay with rank 0, which shows them), and at the end the results of
-//! the process's ranks.
+//! the process's ranks and the events they published (so process 0's summary, `%events` and
+//! trace cover every rank).
 
+use neuronlab_core::events::Event;
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_dist::peers::{Reader, Writer};
 
@@ -19,7 +21,19 @@ pub(crate) enum ForRankZero {
         text: String,
     },
     /// The sending process's ranks have ended, thus.
-    Done(Vec<(u32, Result<Vec<String>, GuestError>)>),
+    Done(Finished),
+}
+
+/// How a process's ranks ended.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    /// Each rank's result.
+    pub(crate) results: Vec<(u32, Result<Vec<String>, GuestError>)>,
+    /// The events the process's ranks published during the launch.
+    pub(crate) events: Vec<Event>,
+    /// The sender's bus clock when it sent them: what aligns their host times with process
+    /// 0's clock.
+    pub(crate) sent_at_us: f64,
 }
 
 impl ForRankZero {
@@ -43,8 +57,14 @@ impl ForRankZero {
                 w.u8(u8::from(*stderr));
                 w.str(text);
             }
-            ForRankZero::Done(results) => {
+            ForRankZero::Done(Finished {
+                results,
+                events,
+                sent_at_us,
+            }) => {
                 w.u8(1);
+                w.u64(sent_at_us.to_bits());
+                w.bytes(&serde_json::to_vec(events).expect("events serialise"));
                 w.u64(results.len() as u64);
                 for (rank, result) in results {
                     w.u32(*rank);
@@ -90,6 +110,9 @@ impl ForRankZero {
                 text: r.str()?,
             },
             1 => {
+                let sent_at_us = f64::from_bits(r.u64()?);
+                let events: Vec<Event> = serde_json::from_slice(r.bytes()?)
+                    .map_err(|e| format!("events that do not parse: {e}"))?;
                 let n = r.u64()?;
                 let mut results = Vec::new();
                 for _ in 0..n {
@@ -120,7 +143,11 @@ impl ForRankZero {
                     };
                     results.push((rank, result));
                 }
-                ForRankZero::Done(results)
+                ForRankZero::Done(Finished {
+                    results,
+                    events,
+                    sent_at_us,
+                })
             }
             kind => return Err(format!("unknown launcher message {kind}")),
         })
@@ -143,9 +170,28 @@ mod tests {
                 location: Some("src/lib.rs:3:5".into()),
             })),
         };
-        let done = ForRankZero::Done(vec![(2, Ok(vec!["6".into()])), (3, Err(error.clone()))]);
+        let bus = neuronlab_core::events::EventBus::new();
+        bus.publish(
+            neuronlab_core::device::CoreId(3),
+            neuronlab_core::events::EventKind::Log {
+                level: neuronlab_core::events::LogLevel::Info,
+                target: "collectives".into(),
+                message: "hello".into(),
+            },
+        );
+        let done = ForRankZero::Done(Finished {
+            results: vec![(2, Ok(vec!["6".into()])), (3, Err(error.clone()))],
+            events: bus.events(),
+            sent_at_us: 12.5,
+        });
         match ForRankZero::decode(&done.encode()).unwrap() {
-            ForRankZero::Done(results) => {
+            ForRankZero::Done(Finished {
+                results,
+                events,
+                sent_at_us,
+            }) => {
+                assert_eq!(sent_at_us, 12.5);
+                assert_eq!(events, bus.events());
                 assert_eq!(results[0].0, 2);
                 assert_eq!(results[0].1.as_ref().unwrap(), &["6"]);
                 let e = results[1].1.as_ref().unwrap_err();

@@ -23,7 +23,7 @@ use neuronlab_core::{Error, Runtime};
 use neuronlab_dist::peers::{Message, Processes};
 use neuronlab_dist::{RankComm, World, WorldOptions};
 
-use crate::remote_ranks::ForRankZero;
+use crate::remote_ranks::{Finished, ForRankZero};
 
 /// What to launch.
 #[derive(Clone, Debug)]
@@ -95,8 +95,9 @@ impl SpmdInterrupt {
 /// ranks than cores).
 ///
 /// With `options.processes`, this process runs its `nproc` ranks of the world of every
-/// process; process 0 shows every rank's text output and returns every rank's result, the
-/// others return none (they sent theirs to process 0).
+/// process; process 0 shows every rank's text output, returns every rank's result and
+/// publishes every rank's events on its bus; the others return none (they sent theirs to
+/// process 0).
 pub fn launch(
     sandbox: &Sandbox,
     module: &GuestModule,
@@ -107,6 +108,8 @@ pub fn launch(
     interrupt: &SpmdInterrupt,
 ) -> Result<Vec<RankResult>, Error> {
     let (done_tx, done) = mpsc::channel();
+    let bus = runtime.bus().clone();
+    let first_event = bus.next_seq();
     let (world, to_rank_zero) = match &options.processes {
         None => (
             World::new(runtime, options.nproc, options.world.clone())?,
@@ -125,8 +128,8 @@ pub fn launch(
                                 false => GuestOutput::Stdout(text),
                             },
                         ),
-                        Ok(ForRankZero::Done(results)) => {
-                            let _ = done_tx.send((from, results));
+                        Ok(ForRankZero::Done(finished)) => {
+                            let _ = done_tx.send((from, finished));
                         }
                         Err(e) => eprintln!("neuronlab: a bad message from process {from}: {e}"),
                     },
@@ -198,8 +201,12 @@ pub fn launch(
         return Ok(results);
     };
     if let Some(peers) = to_rank_zero {
-        let mine = results.into_iter().map(|r| (r.rank, r.result)).collect();
-        let bytes = Message::Launcher(ForRankZero::Done(mine).encode()).encode();
+        let finished = Finished {
+            results: results.into_iter().map(|r| (r.rank, r.result)).collect(),
+            events: bus.since(first_event),
+            sent_at_us: bus.now_us(),
+        };
+        let bytes = Message::Launcher(ForRankZero::Done(finished).encode()).encode();
         peers
             .send(0, bytes)
             .map_err(|e| Error::Collective(format!("cannot report to process 0: {e}")))?;
@@ -212,8 +219,15 @@ pub fn launch(
         match done.recv_timeout(Duration::from_millis(100)) {
             Ok((from, theirs)) => {
                 waiting.retain(|&p| p != from);
+                // Their events join this process's, on this clock (the message's own
+                // latency aside), so the summary and the trace cover every rank.
+                let shift = bus.now_us() - theirs.sent_at_us;
+                for e in theirs.events {
+                    bus.publish_at(e.core, e.ts_us + shift, e.kind);
+                }
                 all.extend(
                     theirs
+                        .results
                         .into_iter()
                         .map(|(rank, result)| RankResult { rank, result }),
                 );
