@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
 use super::group::ProcessGroup;
-use super::peers::{Message, Peers, WireCallBox, WireTensor};
+use super::peers::{Message, Peers, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
 use neuronlab_core::device::CoreId;
 use neuronlab_core::error::{Error, Result};
@@ -374,20 +374,26 @@ impl World {
         self.spread.as_ref().map(|s| &s.peers)
     }
 
-    /// Sends `message` to every process but this one that runs a rank of `ranks`.
-    fn tell(&self, ranks: &[u32], message: &Message) -> std::result::Result<(), String> {
+    /// Sends a message's `bytes` to every process but this one that runs a rank of `ranks`.
+    fn tell(&self, ranks: &[u32], bytes: Vec<u8>) -> std::result::Result<(), String> {
         let Some(spread) = &self.spread else {
             return Ok(());
         };
         let me = spread.peers.process();
-        let mut processes: Vec<u32> = ranks.iter().map(|&r| self.process_of(r)).collect();
+        let mut processes: Vec<u32> = ranks
+            .iter()
+            .map(|&r| self.process_of(r))
+            .filter(|&p| p != me)
+            .collect();
         processes.sort_unstable();
         processes.dedup();
-        let bytes = message.encode();
-        for p in processes.into_iter().filter(|&p| p != me) {
+        let Some(last) = processes.pop() else {
+            return Ok(());
+        };
+        for p in processes {
             spread.peers.send(p, bytes.clone())?;
         }
-        Ok(())
+        spread.peers.send(last, bytes)
     }
 
     /// What another process told this one about a meeting or a rank.
@@ -482,7 +488,7 @@ impl World {
         self.changed.notify_all();
         // Best effort: a process that cannot hear it times out instead.
         let everyone: Vec<u32> = (0..self.size()).collect();
-        let _ = self.tell(&everyone, &Message::Departed { rank, how });
+        let _ = self.tell(&everyone, Message::Departed { rank, how }.encode());
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -617,18 +623,18 @@ impl RankComm {
             },
         };
         let invalid = check_call(&call, group, input);
-        // Ranks in other processes get the arrival too (a copy of the input's elements).
-        let wire = self.world.spread.as_ref().map(|_| Message::Arrival {
-            group: key.group.clone(),
-            seq: key.seq,
-            rank: self.rank,
-            call: WireCallBox(call.clone()),
-            invalid: invalid.clone(),
-            input: input.map(|t| WireTensor {
-                dtype: t.dtype(),
-                shape: t.shape().to_vec(),
-                buffer: dense(t).into_owned(),
-            }),
+        // Ranks in other processes get the arrival too, with the input's elements.
+        let wire = self.world.spread.as_ref().map(|_| {
+            let elements = input.map(|t| (t, dense(t)));
+            Message::arrival_bytes(
+                (&key.group, key.seq),
+                self.rank,
+                &call,
+                invalid.as_deref(),
+                elements
+                    .as_ref()
+                    .map(|(t, buffer)| (t.dtype(), t.shape(), buffer.as_ref())),
+            )
         });
         let arrival = Arrival {
             rank: self.rank,
@@ -663,7 +669,7 @@ impl RankComm {
         position: usize,
         arrival: Arrival,
         invalid: Option<String>,
-        wire: Option<Message>,
+        wire: Option<Vec<u8>>,
     ) -> Result<Arc<Outcome>> {
         let world = &*self.world;
         let timeout = world.options.timeout;
@@ -687,10 +693,10 @@ impl RankComm {
             }
         }
         meeting.arrivals[position] = Some(arrival);
-        if let Some(message) = wire {
+        if let Some(bytes) = wire {
             // Sent without the lock: the other processes' listeners take it meanwhile.
             drop(state);
-            let sent = world.tell(group.ranks(), &message);
+            let sent = world.tell(group.ranks(), bytes);
             state = world.lock();
             if let Err(e) = sent {
                 let meeting = state.meetings.get_mut(key).expect("meeting stays");

@@ -2,7 +2,7 @@
 //! neuronlab process, as `mpirun -n P` starts them.
 //!
 //! MPI is initialised with `MPI_THREAD_MULTIPLE`. Each process has one listener thread that
-//! receives from any source, and one sender thread per other process that sends what the
+//! probes for messages from any source (sleeping a little while there are none), and one sender thread per other process that sends what the
 //! ranks queue for it, in order. A rank never blocks in MPI: a send to a process that died
 //! stays in its queue while the rank's collective times out by its own clock, naming the
 //! missing ranks (MPI alone would hang in `MPI_Send`). A heartbeat every
@@ -24,6 +24,9 @@ use super::peers::{Message, Peers};
 
 /// The tag of every neuronlab message.
 const TAG: i32 = 0x6e6c;
+/// The listener's first and longest sleep between probes while no message comes.
+const IDLE_FIRST: Duration = Duration::from_micros(10);
+const IDLE_MOST: Duration = Duration::from_micros(500);
 /// How often a process tells the others it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 /// Control messages of the transport itself, distinct from every [`Message`] encoding (whose
@@ -155,9 +158,21 @@ impl MpiPeers {
             .name("neuronlab-mpi-listener".into())
             .spawn(move || {
                 let world = universe.world();
+                let mut idle = IDLE_FIRST;
                 loop {
-                    let (bytes, status) = world.any_process().receive_vec_with_tag::<u8>(TAG);
+                    // OpenMPI's blocking receive spins on a core for as long as it waits, which
+                    // would take a core from the ranks; so it probes, and sleeps longer while
+                    // nothing comes.
+                    let Some(status) = world.any_process().immediate_probe_with_tag(TAG) else {
+                        std::thread::sleep(idle);
+                        idle = (idle * 2).min(IDLE_MOST);
+                        continue;
+                    };
+                    idle = IDLE_FIRST;
                     let from = status.source_rank() as u32;
+                    let (bytes, _) = world
+                        .process_at_rank(from as i32)
+                        .receive_vec_with_tag::<u8>(TAG);
                     if bytes.is_empty() && from == me {
                         return;
                     }
@@ -268,6 +283,12 @@ impl MpiPeers {
 }
 
 impl MpiPeers {
+    /// The MPI world communicator, for a program that also calls MPI itself (the all_reduce
+    /// benchmark compares against `MPI_Allreduce`).
+    pub fn world(&self) -> mpi::topology::SimpleCommunicator {
+        self.universe.world()
+    }
+
     /// Ends every process of the launch with `code` (`MPI_Abort`): what a process does after
     /// reporting that another stopped answering, since mpirun may otherwise (as with
     /// `--enable-recovery`) end with status 0.

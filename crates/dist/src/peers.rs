@@ -102,6 +102,35 @@ pub enum Message {
 pub struct WireCallBox(pub(crate) Call);
 
 impl Message {
+    /// The bytes of an [`Message::Arrival`], written straight from the input's buffer (no
+    /// copy of the elements but the one into the message).
+    pub(crate) fn arrival_bytes(
+        key: (&[u32], u64),
+        rank: u32,
+        call: &Call,
+        invalid: Option<&str>,
+        input: Option<(DType, &[usize], &Buffer)>,
+    ) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.u8(0);
+        w.u32s(key.0);
+        w.u64(key.1);
+        w.u32(rank);
+        w.call(call);
+        w.option_str(invalid);
+        match input {
+            None => w.u8(0),
+            Some((dtype, shape, buffer)) => {
+                w.u8(1);
+                w.u32(dtype.code());
+                w.u64s(shape);
+                w.u64((buffer.len() * dtype.size()) as u64);
+                buffer.append_le_bytes(&mut w.0);
+            }
+        }
+        w.0
+    }
+
     /// The message as bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::new());
@@ -114,21 +143,15 @@ impl Message {
                 invalid,
                 input,
             } => {
-                w.u8(0);
-                w.u32s(group);
-                w.u64(*seq);
-                w.u32(*rank);
-                w.call(&call.0);
-                w.option_str(invalid.as_deref());
-                match input {
-                    None => w.u8(0),
-                    Some(t) => {
-                        w.u8(1);
-                        w.u32(t.dtype.code());
-                        w.u64s(&t.shape);
-                        w.bytes(&t.buffer.to_le_bytes());
-                    }
-                }
+                return Message::arrival_bytes(
+                    (group, *seq),
+                    *rank,
+                    &call.0,
+                    invalid.as_deref(),
+                    input
+                        .as_ref()
+                        .map(|t| (t.dtype, t.shape.as_slice(), &t.buffer)),
+                )
             }
             Message::Departed { rank, how } => {
                 w.u8(1);

@@ -61,18 +61,29 @@ impl Buffer {
 
     /// The little-endian bytes of the elements (bool as 0/1 bytes).
     pub fn to_le_bytes(&self) -> Vec<u8> {
-        fn bytes<T: Copy, const W: usize>(v: &[T], f: impl Fn(T) -> [u8; W]) -> Vec<u8> {
-            v.iter().flat_map(|&x| f(x)).collect()
+        let mut out = Vec::new();
+        self.append_le_bytes(&mut out);
+        out
+    }
+
+    /// Appends the little-endian bytes of the elements to `out` (bool as 0/1 bytes): one
+    /// pass, without a buffer of its own (collectives across processes send gigabytes so).
+    pub fn append_le_bytes(&self, out: &mut Vec<u8>) {
+        fn append<T: Copy, const W: usize>(out: &mut Vec<u8>, v: &[T], f: impl Fn(T) -> [u8; W]) {
+            out.reserve(v.len() * W);
+            for &x in v {
+                out.extend_from_slice(&f(x));
+            }
         }
         match self {
-            Buffer::F32(v) => bytes(v, f32::to_le_bytes),
-            Buffer::Bf16(v) => bytes(v, bf16::to_le_bytes),
-            Buffer::F16(v) => bytes(v, f16::to_le_bytes),
-            Buffer::F64(v) => bytes(v, f64::to_le_bytes),
-            Buffer::I64(v) => bytes(v, i64::to_le_bytes),
-            Buffer::I32(v) => bytes(v, i32::to_le_bytes),
-            Buffer::U8(v) => v.clone(),
-            Buffer::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            Buffer::F32(v) => append(out, v, f32::to_le_bytes),
+            Buffer::Bf16(v) => append(out, v, bf16::to_le_bytes),
+            Buffer::F16(v) => append(out, v, f16::to_le_bytes),
+            Buffer::F64(v) => append(out, v, f64::to_le_bytes),
+            Buffer::I64(v) => append(out, v, i64::to_le_bytes),
+            Buffer::I32(v) => append(out, v, i32::to_le_bytes),
+            Buffer::U8(v) => out.extend_from_slice(v),
+            Buffer::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
         }
     }
 
