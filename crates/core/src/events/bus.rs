@@ -73,6 +73,11 @@ impl Recorder {
     }
 }
 
+/// `core`'s entry of a per-core clock (0 for a core nothing ran on).
+fn of_core(clock: &[f64], core: CoreId) -> f64 {
+    clock.get(core.0 as usize).copied().unwrap_or(0.0)
+}
+
 /// The runtime's one event stream. Thread-safe; shared as `Arc<EventBus>`.
 pub struct EventBus {
     clock: Clock,
@@ -188,22 +193,12 @@ impl EventBus {
     /// events carry it. Kept apart from the recorded events, so it counts events the
     /// recorder dropped or [`EventBus::clear`] forgot.
     pub fn device_us(&self, core: CoreId) -> f64 {
-        let recorder = self.recorder();
-        recorder
-            .device_us
-            .get(core.0 as usize)
-            .copied()
-            .unwrap_or(0.0)
+        of_core(&self.recorder().device_us, core)
     }
 
     /// The part of [`EventBus::device_us`] that `core` spent in collectives.
     pub fn collective_us(&self, core: CoreId) -> f64 {
-        let recorder = self.recorder();
-        recorder
-            .collective_us
-            .get(core.0 as usize)
-            .copied()
-            .unwrap_or(0.0)
+        of_core(&self.recorder().collective_us, core)
     }
 
     /// Forgets the recorded events (numbering continues).
