@@ -68,10 +68,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         if p.process() == 0 {
             // Said first, so that mpirun's word on a process that died (`process rank 1
             // exited on signal 9`) reads as the ranks it ran.
-            eprintln!(
-                "-- {}",
-                placement(p.processes().0.processes(), options.nproc)
-            );
+            eprintln!("-- {}", placement(p.count(), options.nproc));
         }
     }
     let spread = processes.as_ref().map(Launched::processes);
@@ -193,6 +190,9 @@ impl Launched {
     fn process(&self) -> u32 {
         neuronlab_dist::peers::Peers::process(&*self.0)
     }
+    fn count(&self) -> u32 {
+        neuronlab_dist::peers::Peers::processes(&*self.0)
+    }
     fn finish(&self, deadline: std::time::Duration) -> bool {
         self.0.finish(deadline)
     }
@@ -211,6 +211,9 @@ impl Launched {
         match *self {}
     }
     fn process(&self) -> u32 {
+        match *self {}
+    }
+    fn count(&self) -> u32 {
         match *self {}
     }
     fn finish(&self, _: std::time::Duration) -> bool {

@@ -234,6 +234,18 @@ impl Meeting {
         }
     }
 
+    /// Takes `arrival` at group position `position`; a call invalid on its own (`invalid`
+    /// says why) fails the meeting `what` for everyone, unless it has an outcome already.
+    fn admit(&mut self, position: usize, arrival: Arrival, invalid: Option<String>, what: &str) {
+        if let (None, Some(problem)) = (&self.outcome, invalid) {
+            self.outcome = Some(Err(format!(
+                "{what} failed: rank {} passed an invalid call: {problem}",
+                arrival.rank
+            )));
+        }
+        self.arrivals[position] = Some(arrival);
+    }
+
     fn missing(&self, group: &ProcessGroup) -> Vec<u32> {
         group
             .ranks()
@@ -369,11 +381,6 @@ impl World {
         self.spread.as_ref().map_or(0, |s| rank / s.per_process)
     }
 
-    /// The transport to the world's other processes, when it spans several.
-    pub fn peers(&self) -> Option<&Arc<dyn Peers>> {
-        self.spread.as_ref().map(|s| &s.peers)
-    }
-
     /// Sends a message's `bytes` to every process but this one that runs a rank of `ranks`.
     fn tell(&self, ranks: &[u32], bytes: Vec<u8>) -> std::result::Result<(), String> {
         let Some(spread) = &self.spread else {
@@ -419,19 +426,13 @@ impl World {
                     .meetings
                     .entry(key)
                     .or_insert_with(|| Meeting::open(&call.0, &g));
-                if meeting.outcome.is_none() {
-                    if let Some(problem) = invalid {
-                        meeting.outcome = Some(Err(format!(
-                            "{} failed: rank {rank} passed an invalid call: {problem}",
-                            meeting_name(&meeting.call, seq, &g)
-                        )));
-                    }
-                }
-                meeting.arrivals[position] = Some(Arrival {
+                let what = meeting_name(&meeting.call, seq, &g);
+                let arrival = Arrival {
                     rank,
                     call: call.0,
                     input: input.map(Input::Remote),
-                });
+                };
+                meeting.admit(position, arrival, invalid, &what);
             }
             Message::Departed { rank, how } => {
                 self.lock().ended.insert(rank, how);
@@ -486,9 +487,11 @@ impl World {
     pub fn depart(&self, rank: u32, how: String) {
         self.lock().ended.insert(rank, how.clone());
         self.changed.notify_all();
-        // Best effort: a process that cannot hear it times out instead.
-        let everyone: Vec<u32> = (0..self.size()).collect();
-        let _ = self.tell(&everyone, Message::Departed { rank, how }.encode());
+        if self.spread.is_some() {
+            // Best effort: a process that cannot hear it times out instead.
+            let everyone: Vec<u32> = (0..self.size()).collect();
+            let _ = self.tell(&everyone, Message::Departed { rank, how }.encode());
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -684,15 +687,7 @@ impl RankComm {
             .entry(key.clone())
             .or_insert_with(|| Meeting::open(&arrival.call, group));
         let what = meeting_name(&meeting.call, key.seq, group);
-        if meeting.outcome.is_none() {
-            if let Some(problem) = invalid {
-                meeting.outcome = Some(Err(format!(
-                    "{what} failed: rank {} passed an invalid call: {problem}",
-                    self.rank
-                )));
-            }
-        }
-        meeting.arrivals[position] = Some(arrival);
+        meeting.admit(position, arrival, invalid, &what);
         if let Some(bytes) = wire {
             // Sent without the lock: the other processes' listeners take it meanwhile.
             drop(state);

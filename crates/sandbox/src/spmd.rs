@@ -18,9 +18,10 @@ use crate::{
     GuestError, GuestErrorKind, GuestModule, GuestOutput, InterruptHandle, Limits, OutputSink,
     Sandbox,
 };
+use neuronlab_core::events::EventBus;
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_core::{Error, Runtime};
-use neuronlab_dist::peers::{Message, Processes};
+use neuronlab_dist::peers::{Message, Peers, Processes};
 use neuronlab_dist::{RankComm, World, WorldOptions};
 
 use crate::remote_ranks::{Finished, ForRankZero};
@@ -213,6 +214,21 @@ pub fn launch(
         return Ok(Vec::new());
     }
     let mut all = results;
+    gather(&mut all, &done, &**peers, &bus, options);
+    all.sort_by_key(|r| r.rank);
+    Ok(all)
+}
+
+/// On process 0: adds to `all` what every other process reports through `done` (its
+/// ranks' results; its events go onto `bus`), or, for a process silent for longer than the
+/// collective timeout (it died), an error for each of its ranks.
+fn gather(
+    all: &mut Vec<RankResult>,
+    done: &mpsc::Receiver<(u32, Finished)>,
+    peers: &dyn Peers,
+    bus: &EventBus,
+    options: &SpmdOptions,
+) {
     let mut waiting: Vec<u32> = (1..peers.processes()).collect();
     let patience = options.world.timeout;
     while !waiting.is_empty() {
@@ -233,33 +249,35 @@ pub fn launch(
                 );
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                // A process that stopped answering (it died) reports nothing: its ranks fail.
-                let silent: Vec<u32> = waiting
+                let (silent, answering) = waiting
                     .iter()
-                    .copied()
-                    .filter(|&p| peers.silent_for(p).is_some_and(|d| d > patience))
-                    .collect();
+                    .partition(|&&p| peers.silent_for(p).is_some_and(|d| d > patience));
                 for p in silent {
-                    waiting.retain(|&q| q != p);
-                    let ranks = p * options.nproc..(p + 1) * options.nproc;
-                    let message = format!(
-                        "process {p} (ranks {}-{}) stopped answering for more than {:.1} s \
-                         (the collective timeout): it died, or mpirun stopped it",
-                        ranks.start,
-                        ranks.end - 1,
-                        patience.as_secs_f64()
-                    );
-                    all.extend(ranks.map(|rank| RankResult {
-                        rank,
-                        result: Err(GuestError::new(GuestErrorKind::Host, message.clone())),
-                    }));
+                    all.extend(lost(p, options.nproc, patience));
                 }
+                waiting = answering;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    all.sort_by_key(|r| r.rank);
-    Ok(all)
+}
+
+/// The results of the ranks of process `p`, which stopped answering.
+fn lost(p: u32, per_process: u32, patience: Duration) -> Vec<RankResult> {
+    let ranks = p * per_process..(p + 1) * per_process;
+    let message = format!(
+        "process {p} (ranks {}-{}) stopped answering for more than {:.1} s (the collective \
+         timeout): it died, or mpirun stopped it",
+        ranks.start,
+        ranks.end - 1,
+        patience.as_secs_f64()
+    );
+    ranks
+        .map(|rank| RankResult {
+            rank,
+            result: Err(GuestError::new(GuestErrorKind::Host, message.clone())),
+        })
+        .collect()
 }
 
 fn run_rank(
