@@ -158,8 +158,8 @@ def test_a_killed_process_under_recovery_is_named_within_the_timeout():
     process's ranks as lost instead of waiting for them. (OpenMPI's mpirun then exits 0 in
     this mode whatever the processes return; process 0 itself exits 1.)"""
     r, took = kill_mid_run("--enable-recovery")
-    # Rank 3 may have arrived at the last barrier before its process died.
-    assert re.search(r"timed out after 2\.0 s: rank\(s\) 2(, 3)? never arrived", r.stderr), r.stderr
+    # Either of the dead process's ranks may have reached the last barrier before it died.
+    assert re.search(r"timed out after 2\.0 s: rank\(s\) (2|3|2, 3) never arrived", r.stderr), r.stderr
     assert "ranks 2, 3: HostError: process 1 (ranks 2-3) stopped answering" in r.stderr, r.stderr
     assert took < 30
 
