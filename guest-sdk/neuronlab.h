@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.8, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.9, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 8)
+#define NL_ABI_VERSION ((1 << 16) | 9)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))

@@ -285,6 +285,7 @@ fn collective(op: &str, x: &Tensor, attrs: Attrs, group: &Group) -> Result<Tenso
 pub mod region {
     use super::{collective, dim_attr, Group};
     use crate::attrs::Attrs;
+    use crate::dtype::DType;
     use crate::error::Result;
     use crate::tensor::Tensor;
 
@@ -323,10 +324,31 @@ pub mod region {
     /// gradient (FSDP's unsharding of a parameter, each rank on its own data).
     #[track_caller]
     pub fn unshard(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
-        let attrs = Attrs::new()
+        unshard_as(x, dim, group, None, None)
+    }
+
+    /// [`unshard`] under a mixed-precision policy (FSDP2's `MixedPrecisionPolicy`): the shard
+    /// is cast to `param_dtype` and gathered in it, and the gradient is reduce-scattered in
+    /// `reduce_dtype` (default: the gradient's own, `param_dtype`), then cast to the shard's
+    /// dtype, so an f32 shard gets an f32 gradient.
+    #[track_caller]
+    pub fn unshard_as(
+        x: &Tensor,
+        dim: usize,
+        group: &Group,
+        param_dtype: Option<DType>,
+        reduce_dtype: Option<DType>,
+    ) -> Result<Tensor> {
+        let mut attrs = Attrs::new()
             .int("dim", dim_attr(dim))
             .str("backward", "reduce_scatter")
             .str("backward_op", "avg");
+        if let Some(d) = param_dtype {
+            attrs = attrs.dtype("dtype", d);
+        }
+        if let Some(d) = reduce_dtype {
+            attrs = attrs.dtype("backward_dtype", d);
+        }
         collective("all_gather", x, attrs, group)
     }
 

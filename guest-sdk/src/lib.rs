@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.8) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.9) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.

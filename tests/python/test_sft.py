@@ -46,6 +46,25 @@ def test_sharded_sft_matches_one_rank(tp, fsdp):
     np.testing.assert_allclose(sharded, one, rtol=1e-5)
 
 
+def test_bf16_mixed_precision_fsdp_8_matches_one_rank_with_the_same_policy():
+    """FSDP2's mixed precision (param_dtype bf16, reduce_dtype f32): 20 steps at FSDP 8 give
+    the losses of the 1-rank run under the same policy within 2e-3 relative. The f32 shards
+    and f32 gradient reductions agree to f32 rounding, but each forward rounds the parameters
+    to bf16 (unit roundoff 2^-9, about 2e-3), so a parameter an f32 ulp either side of a bf16
+    rounding boundary computes one bf16 ulp apart; 2e-3 is that one ulp. The policy is really
+    applied: its first loss differs from the f32 run's, and the MFU is against the BF16 peak."""
+    args = ["--steps", "20", "--batch", "8", "--packing", "none", "--mixed-precision", "bf16"]
+    one_out = sft(*args)
+    one = losses(one_out)
+    sharded = losses(sft(*args, "--fsdp", "8", nproc=8))
+    f32 = losses(sft("--steps", "1", "--batch", "8", "--packing", "none"))
+    assert len(one) == len(sharded) == 20
+    np.testing.assert_allclose(sharded, one, rtol=2e-3)
+    assert one[-1] < 0.6 * one[0], one
+    assert f32[0] != one[0] and abs(f32[0] - one[0]) < 1e-2 * f32[0], (f32[0], one[0])
+    assert "(BF16, the dtype the model computes in)" in one_out, one_out
+
+
 def test_packing_decides_the_compile_count():
     """Wrapped packing and padding to 128 give one batch shape, so one compile; padding to
     each batch's longest example compiles once per length seen."""

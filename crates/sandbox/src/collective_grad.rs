@@ -14,7 +14,7 @@ use neuronlab_core::autograd::derivatives::OpCalls;
 use neuronlab_core::autograd::{record_function, BackwardFn};
 use neuronlab_core::ops::attrs::Attrs;
 use neuronlab_core::runtime::Runtime;
-use neuronlab_core::tensor::Tensor;
+use neuronlab_core::tensor::{DType, Tensor};
 use neuronlab_core::{Error, Result};
 use neuronlab_dist::{ProcessGroup, RankComm, ReduceOp};
 use std::sync::Arc;
@@ -48,6 +48,9 @@ pub(crate) struct Call<'a> {
     pub backward: &'a str,
     /// The reduce op of a reducing backward (`backward_op`).
     pub backward_reduce: ReduceOp,
+    /// The dtype the gradient is cast to before the backward's collective
+    /// (`backward_dtype`); the result is then cast to the input's dtype.
+    pub backward_dtype: Option<DType>,
 }
 
 /// What backward does with the output's gradient.
@@ -129,11 +132,19 @@ pub(crate) fn record(
     };
     let (comm, group) = (comm.clone(), group.clone());
     let input_shape = input.shape().to_vec();
+    let reduce_dtype = call.backward_dtype;
     let backward: BackwardFn = Box::new(move |rt, grads, needs| {
         if !needs.first().copied().unwrap_or(false) {
             return Ok(vec![None]);
         }
-        let g = run(rt, &mut comm.clone(), &group, step, &grads[0])?;
+        let g = match reduce_dtype {
+            Some(dtype) if dtype != grads[0].dtype() => {
+                let attrs = Attrs::new().with("dtype", dtype);
+                rt.call_op("cast", &[&grads[0]], attrs, grads[0].device())?
+            }
+            _ => grads[0].clone(),
+        };
+        let g = run(rt, &mut comm.clone(), &group, step, &g)?;
         if g.shape() != input_shape.as_slice() {
             return Err(Error::Autograd(format!(
                 "the backward ({step:?}) of a collective gave a gradient of shape {:?} for an input \

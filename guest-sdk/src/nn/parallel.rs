@@ -7,6 +7,8 @@
 //!   column-wise over the vocabulary with its logits gathered. The norms stay replicated.
 //! - [`fully_shard`]: every parameter (a tensor-parallel slice, if cut) sharded on dim 0
 //!   over the group; each forward all-gathers it, each backward reduce-scatters its gradient.
+//!   [`fully_shard_with`] takes FSDP2's mixed-precision policy: gather and compute in
+//!   `param_dtype`, reduce gradients in `reduce_dtype`, step the shards in their own dtype.
 //! - [`full_state_dict`]: every parameter gathered whole under its Hugging Face name, the
 //!   consolidated checkpoint `save_pretrained` writes.
 //!
@@ -19,6 +21,7 @@ use std::rc::Rc;
 
 use super::layers::{Linear, Parallel};
 use super::llama::LlamaForCausalLM;
+use super::param::MixedPrecisionPolicy;
 use super::Module;
 use crate::dist::Group;
 use crate::error::{Error, ErrorKind, Result};
@@ -108,9 +111,25 @@ pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
 
 /// Shards every parameter of `model` on dim 0 over `fsdp` (FSDP2's `fully_shard` on each
 /// decoder layer and the root): each rank keeps its padded chunk as a new leaf (build
-/// optimizers after this). Tied embeddings stay one parameter.
+/// optimizers after this). Tied embeddings stay one parameter. As
+/// [`fully_shard_with`] with the default policy: gathered and reduced in the parameters'
+/// own dtype.
 #[track_caller]
 pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()> {
+    fully_shard_with(model, fsdp, MixedPrecisionPolicy::default())
+}
+
+/// [`fully_shard`] with a mixed-precision policy (torch: `fully_shard(..., mp_policy=...)`):
+/// with `param_dtype` bf16 each forward gathers bf16 parameters and computes in bf16, and
+/// with `reduce_dtype` f32 the gradients are reduce-scattered in f32 into the f32 shards the
+/// optimizer steps.
+#[track_caller]
+pub fn fully_shard_with(
+    model: &mut LlamaForCausalLM,
+    fsdp: &Rc<Group>,
+    policy: MixedPrecisionPolicy,
+) -> Result<()> {
+    let shard = |p: &mut super::Param| p.shard(fsdp, policy);
     for layer in &mut model.model.layers {
         let attn = &mut layer.self_attn;
         for proj in [
@@ -119,27 +138,27 @@ pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()>
             &mut attn.v_proj,
             &mut attn.o_proj,
         ] {
-            proj.weight.shard(fsdp)?;
+            shard(&mut proj.weight)?;
             if let Some(b) = &mut proj.bias {
-                b.shard(fsdp)?;
+                shard(b)?;
             }
         }
         let mlp = &mut layer.mlp;
         for proj in [&mut mlp.gate_proj, &mut mlp.up_proj, &mut mlp.down_proj] {
-            proj.weight.shard(fsdp)?;
+            shard(&mut proj.weight)?;
             if let Some(b) = &mut proj.bias {
-                b.shard(fsdp)?;
+                shard(b)?;
             }
         }
-        layer.input_layernorm.weight.shard(fsdp)?;
-        layer.post_attention_layernorm.weight.shard(fsdp)?;
+        shard(&mut layer.input_layernorm.weight)?;
+        shard(&mut layer.post_attention_layernorm.weight)?;
     }
-    model.model.embed_tokens.weight.shard(fsdp)?;
-    model.model.norm.weight.shard(fsdp)?;
+    shard(&mut model.model.embed_tokens.weight)?;
+    shard(&mut model.model.norm.weight)?;
     if model.config.tie_word_embeddings {
         model.lm_head.weight = model.model.embed_tokens.weight.tie()?;
     } else {
-        model.lm_head.weight.shard(fsdp)?;
+        shard(&mut model.lm_head.weight)?;
     }
     Ok(())
 }

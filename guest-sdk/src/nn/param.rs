@@ -10,6 +10,7 @@
 use std::rc::Rc;
 
 use crate::dist::{self, Group};
+use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::{zeros_with, ZerosOptions};
 use crate::tensor::Tensor;
@@ -28,10 +29,24 @@ struct Split {
     dim: usize,
 }
 
-/// An FSDP shard: the group, and the whole parameter's dim 0.
+/// An FSDP shard: the group, the whole parameter's dim 0, and the mixed-precision policy
+/// its all-gather and reduce-scatter follow.
 struct Shard {
     group: Rc<Group>,
     rows: i64,
+    policy: MixedPrecisionPolicy,
+}
+
+/// FSDP2's `MixedPrecisionPolicy`: the dtype parameters are gathered and computed in, and
+/// the dtype gradients are reduce-scattered in. `None` keeps the parameter's own dtype (and,
+/// for `reduce_dtype`, the gradient's: `param_dtype`). The shard the optimizer steps keeps
+/// the parameter's original dtype either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MixedPrecisionPolicy {
+    /// The dtype of the unsharded parameter (torch: `param_dtype`).
+    pub param_dtype: Option<DType>,
+    /// The dtype of the gradient reduce-scatter (torch: `reduce_dtype`).
+    pub reduce_dtype: Option<DType>,
 }
 
 impl Param {
@@ -56,7 +71,14 @@ impl Param {
         match &self.shard {
             None => self.tensor.try_clone(),
             Some(s) => {
-                let gathered = dist::region::unshard(&self.tensor, 0, &s.group)?;
+                let p = s.policy;
+                let gathered = dist::region::unshard_as(
+                    &self.tensor,
+                    0,
+                    &s.group,
+                    p.param_dtype,
+                    p.reduce_dtype,
+                )?;
                 gathered.narrow(0, 0, s.rows)
             }
         }
@@ -103,6 +125,7 @@ impl Param {
             shard: self.shard.as_ref().map(|s| Shard {
                 group: s.group.clone(),
                 rows: s.rows,
+                policy: s.policy,
             }),
         })
     }
@@ -138,9 +161,10 @@ impl Param {
     }
 
     /// Shards the parameter on dim 0 over `group` (FSDP2's `fully_shard`): this rank keeps
-    /// its chunk, padded to the largest chunk, as a new leaf that requires grad.
+    /// its chunk, padded to the largest chunk, as a new leaf that requires grad; `policy`
+    /// sets the dtypes of its all-gather and gradient reduce-scatter.
     #[track_caller]
-    pub(crate) fn shard(&mut self, group: &Rc<Group>) -> Result<()> {
+    pub(crate) fn shard(&mut self, group: &Rc<Group>, policy: MixedPrecisionPolicy) -> Result<()> {
         if self.shard.is_some() {
             return Err(Error::new(
                 ErrorKind::Invalid,
@@ -178,6 +202,7 @@ impl Param {
         self.shard = Some(Shard {
             group: group.clone(),
             rows,
+            policy,
         });
         Ok(())
     }

@@ -13,7 +13,8 @@ use crate::attr_codec;
 use crate::collective_grad;
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::{DistValue, GuestValue};
-use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
+use neuronlab_core::autograd::derivatives::OpCalls;
+use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, Attrs, ResolvedAttrs};
 use neuronlab_core::tensor::Tensor;
 use neuronlab_dist::{DTensor, DeviceMesh, Placement, ProcessGroup, RankComm, ReduceOp};
 
@@ -155,14 +156,17 @@ pub(crate) const DIST: &[Import] = imports! { Dist;
 /// The reduce ops' names, as the `op` attribute takes them.
 const REDUCE_OPS: &[&str] = &["sum", "avg", "product", "min", "max"];
 
-/// What every collective takes beside its own attributes: how its gradient flows
-/// ([`collective_grad`]).
+/// What every collective takes beside its own attributes: the dtype it moves (FSDP's
+/// `param_dtype`), and how its gradient flows and in which dtype it is reduced (FSDP's
+/// `reduce_dtype`) ([`collective_grad`]).
 macro_rules! with_backward {
     ($($spec:expr),* $(,)?) => {
         &[
             $($spec,)*
+            AttrSpec::new("dtype", AttrKind::DType, AttrDefault::Optional),
             AttrSpec::choice("backward", "adjoint", collective_grad::BACKWARDS),
             AttrSpec::choice("backward_op", "sum", REDUCE_OPS),
+            AttrSpec::new("backward_dtype", AttrKind::DType, AttrDefault::Optional),
         ]
     };
 }
@@ -322,17 +326,27 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
         backward: attrs.str("backward"),
         backward_reduce: ReduceOp::parse(attrs.str("backward_op"))
             .map_err(|e| Fail(ErrorCode::Invalid, e))?,
+        backward_dtype: attrs.opt_dtype("backward_dtype"),
     };
     let runtime = c.data().runtime.clone();
+    let moved = match attrs.opt_dtype("dtype") {
+        Some(dtype) if dtype != t.dtype() => runtime.call_op(
+            "cast",
+            &[&t.detach()],
+            Attrs::new().with("dtype", dtype),
+            t.device(),
+        )?,
+        _ => t.detach(),
+    };
     let comm = comm(c);
     let out = match op {
-        "all_reduce" => comm.all_reduce(&group, &t, reduce)?,
-        "all_gather" => comm.all_gather(&group, &t, call.dim)?,
-        "reduce_scatter" => comm.reduce_scatter(&group, &t, reduce, call.dim)?,
-        "all_to_all" => comm.all_to_all(&group, &t, call.split_dim, call.concat_dim)?,
-        "broadcast" => comm.broadcast(&group, &t, src)?,
-        "identity" => t.detach(),
-        "split" => collective_grad::own_chunk(&runtime, comm, &group, &t.detach(), call.dim)?,
+        "all_reduce" => comm.all_reduce(&group, &moved, reduce)?,
+        "all_gather" => comm.all_gather(&group, &moved, call.dim)?,
+        "reduce_scatter" => comm.reduce_scatter(&group, &moved, reduce, call.dim)?,
+        "all_to_all" => comm.all_to_all(&group, &moved, call.split_dim, call.concat_dim)?,
+        "broadcast" => comm.broadcast(&group, &moved, src)?,
+        "identity" => moved,
+        "split" => collective_grad::own_chunk(&runtime, comm, &group, &moved, call.dim)?,
         _ => unreachable!("looked up in COLLECTIVES"),
     };
     let out = collective_grad::record(&runtime, comm, &group, &call, &t, out)?;

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
-//!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt]
+//!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] \
+//!     [--mixed-precision bf16]
 //! ```
 //!
 //! `N = T * F` ranks form a `[F, T]` mesh: tensor parallelism inside each `tp` group, FSDP
@@ -17,8 +18,13 @@
 //!   by the loss), one shape too;
 //! - `none`: each batch is padded to its longest example, so the shape follows the data.
 //!
-//! On one rank the step is compiled, and the compile count shows what packing buys; sharded
-//! steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
+//! `--mixed-precision bf16` is FSDP2's `MixedPrecisionPolicy(param_dtype=bf16,
+//! reduce_dtype=f32)`: each forward gathers bf16 parameters and computes in bf16, gradients
+//! are reduce-scattered in f32, and AdamW steps the f32 shards. It shards even on one rank, so
+//! that run is the reference for the sharded ones.
+//!
+//! On one rank without mixed precision the step is compiled, and the compile count shows what
+//! packing buys; sharded steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
 //! accuracy (greedy answers to all 100 sums) before and after, the compile counts, the
 //! modeled step time (compute and communication), tokens/s and model FLOPs utilisation, each
 //! core's parameters, gradients and optimizer state in bytes, and with
@@ -28,7 +34,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use neuronlab::dist::{self, Group, ReduceOp};
-use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, Module};
+use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, MixedPrecisionPolicy, Module};
 use neuronlab::optim::{adamw_defaults, AdamWConfig, Optimizer};
 use neuronlab::prelude::*;
 use neuronlab::println;
@@ -240,6 +246,8 @@ struct Args {
     lr: f64,
     seed: i64,
     save: Option<String>,
+    /// FSDP's `param_dtype` (with `reduce_dtype` f32), `None` for f32 throughout.
+    mixed_precision: Option<DType>,
 }
 
 fn args() -> Result<Args> {
@@ -252,13 +260,14 @@ fn args() -> Result<Args> {
         lr: 3e-3,
         seed: 0,
         save: None,
+        mixed_precision: None,
     };
     let list = neuronlab::args();
     let mut it = list.iter();
     let bad = |m: String| {
         Error::new(
             ErrorKind::Invalid,
-            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt]"),
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--mixed-precision bf16]"),
         )
     };
     while let Some(flag) = it.next() {
@@ -294,6 +303,15 @@ fn args() -> Result<Args> {
                 a.seed = v.parse().map_err(|_| parse_err(&v))?
             }
             "--save" => a.save = Some(value()?),
+            "--mixed-precision" => {
+                let v = value()?;
+                a.mixed_precision = match v.as_str() {
+                    "bf16" => Some(DType::Bf16),
+                    "f16" => Some(DType::F16),
+                    "f32" | "none" => None,
+                    _ => return Err(parse_err(&v)),
+                }
+            }
             "--packing" => {
                 let v = value()?;
                 a.packing = match v.as_str() {
@@ -357,7 +375,7 @@ impl StepCost {
     /// Prints the slowest rank's mean step, split into compute and communication, and the
     /// modeled throughput and model FLOPs utilisation: a step takes as long as its slowest
     /// rank, and every rank's core counts towards the peak.
-    fn report(&self, steps: usize, flops_per_token: f64) -> Result<()> {
+    fn report(&self, steps: usize, flops_per_token: f64, dtype: DType) -> Result<()> {
         let mine = from_slice(
             &[self.device.as_secs_f64(), self.collectives.as_secs_f64()],
             &[1, 2],
@@ -371,7 +389,7 @@ impl StepCost {
         let step_ms = device * 1e3 / steps.max(1) as f64;
         let comm_ms = collectives * 1e3 / steps.max(1) as f64;
         let cores = dist::world_size() as f64;
-        let peak = neuronlab::peak_flops(DType::F32) * cores;
+        let peak = neuronlab::peak_flops(dtype) * cores;
         let tokens_per_s = self.tokens as f64 / device;
         let mfu = flops_per_token * tokens_per_s / peak;
         if dist::rank() == 0 {
@@ -383,9 +401,10 @@ impl StepCost {
             );
             println!(
                 "modeled throughput: {tokens_per_s:.0} tokens/s; MFU {:.4}% of {cores} core(s) at \
-                 {:.1} TFLOPS each (FP32, the model's dtype)",
+                 {:.1} TFLOPS each ({}, the dtype the model computes in)",
                 mfu * 100.0,
-                peak / cores / 1e12
+                peak / cores / 1e12,
+                dtype.name().to_uppercase()
             );
         }
         Ok(())
@@ -431,8 +450,14 @@ fn run() -> Result<()> {
     if a.tp > 1 {
         parallel::parallelize(&mut model, &tp)?;
     }
-    if a.fsdp > 1 {
-        parallel::fully_shard(&mut model, &fsdp)?;
+    // Under mixed precision even one FSDP rank shards (over itself), so the 1-rank run
+    // computes in the same dtypes as the sharded ones it is compared with.
+    if a.fsdp > 1 || a.mixed_precision.is_some() {
+        let policy = MixedPrecisionPolicy {
+            param_dtype: a.mixed_precision,
+            reduce_dtype: a.mixed_precision.map(|_| DType::F32),
+        };
+        parallel::fully_shard_with(&mut model, &fsdp, policy)?;
     }
     println!(
         "model: {} parameters; mesh [fsdp {}, tp {}]",
@@ -455,7 +480,8 @@ fn run() -> Result<()> {
     )?);
     let rows = a.batch / a.fsdp;
     let position = mesh.coordinate("fsdp")?;
-    let sharded = dist::world_size() > 1;
+    // A step with collectives (more ranks, or FSDP's casting all-gathers) runs eagerly.
+    let sharded = dist::world_size() > 1 || a.mixed_precision.is_some();
     let step = compile_with(
         "sft_step",
         |batch: &[Tensor]| {
@@ -517,7 +543,7 @@ fn run() -> Result<()> {
     );
     if sharded {
         println!(
-            "sft_step: eager ({} ranks: collectives are graph breaks)",
+            "sft_step: eager ({} rank(s), FSDP: collectives are graph breaks)",
             dist::world_size()
         );
     } else {
@@ -526,7 +552,11 @@ fn run() -> Result<()> {
             stats.calls, stats.compiles, stats.cache_hits
         );
     }
-    cost.report(a.steps, flops_per_token)?;
+    cost.report(
+        a.steps,
+        flops_per_token,
+        a.mixed_precision.unwrap_or(DType::F32),
+    )?;
     println!("accuracy after: {:.2}", accuracy(&model)?);
     memory_table(&model, &*opt.borrow())?;
     if dist::rank() == 0 {
