@@ -542,10 +542,11 @@ fn run() -> Result<()> {
             .join(", ")
     );
     if sharded {
-        println!(
-            "sft_step: eager ({} rank(s), FSDP: collectives are graph breaks)",
-            dist::world_size()
-        );
+        let why = match dist::world_size() {
+            1 => "FSDP's mixed precision on 1 rank".to_string(),
+            n => format!("{n} ranks"),
+        };
+        println!("sft_step: eager ({why}: collectives are graph breaks)");
     } else {
         println!(
             "sft_step: {} calls, {} compile(s), {} cache hits",
