@@ -137,13 +137,7 @@ pub(crate) fn record(
         if !needs.first().copied().unwrap_or(false) {
             return Ok(vec![None]);
         }
-        let g = match reduce_dtype {
-            Some(dtype) if dtype != grads[0].dtype() => {
-                let attrs = Attrs::new().with("dtype", dtype);
-                rt.call_op("cast", &[&grads[0]], attrs, grads[0].device())?
-            }
-            _ => grads[0].clone(),
-        };
+        let g = cast_to(rt, &grads[0], reduce_dtype)?;
         let g = run(rt, &mut comm.clone(), &group, step, &g)?;
         if g.shape() != input_shape.as_slice() {
             return Err(Error::Autograd(format!(
@@ -156,6 +150,18 @@ pub(crate) fn record(
     });
     let name = collective_name(call.op);
     Ok(record_function(rt, name, &[input], vec![output], backward)?.swap_remove(0))
+}
+
+/// `t` outside the graph, cast to `dtype` when one is given and differs (the `dtype` and
+/// `backward_dtype` attributes).
+pub(crate) fn cast_to(rt: &Runtime, t: &Tensor, dtype: Option<DType>) -> Result<Tensor> {
+    match dtype {
+        Some(dtype) if dtype != t.dtype() => {
+            let attrs = Attrs::new().with("dtype", dtype);
+            rt.call_op("cast", &[&t.detach()], attrs, t.device())
+        }
+        _ => Ok(t.detach()),
+    }
 }
 
 /// The node name of a collective, for errors and listings.

@@ -13,8 +13,7 @@ use crate::attr_codec;
 use crate::collective_grad;
 use crate::status::{ErrorCode, Fail, HostResult};
 use crate::values::{DistValue, GuestValue};
-use neuronlab_core::autograd::derivatives::OpCalls;
-use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, Attrs, ResolvedAttrs};
+use neuronlab_core::ops::attrs::{AttrDefault, AttrKind, AttrSpec, ResolvedAttrs};
 use neuronlab_core::tensor::Tensor;
 use neuronlab_dist::{DTensor, DeviceMesh, Placement, ProcessGroup, RankComm, ReduceOp};
 
@@ -329,15 +328,7 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
         backward_dtype: attrs.opt_dtype("backward_dtype"),
     };
     let runtime = c.data().runtime.clone();
-    let moved = match attrs.opt_dtype("dtype") {
-        Some(dtype) if dtype != t.dtype() => runtime.call_op(
-            "cast",
-            &[&t.detach()],
-            Attrs::new().with("dtype", dtype),
-            t.device(),
-        )?,
-        _ => t.detach(),
-    };
+    let moved = collective_grad::cast_to(&runtime, &t, attrs.opt_dtype("dtype"))?;
     let comm = comm(c);
     let out = match op {
         "all_reduce" => comm.all_reduce(&group, &moved, reduce)?,
