@@ -45,9 +45,55 @@ pub trait Optimizer {
     fn lr(&self) -> f64;
     /// Sets the learning rate (what a scheduler does).
     fn set_lr(&mut self, lr: f64) -> Result<()>;
+    /// The optimizer's state, named as torch's `Optimizer.state_dict()` flattens it for one
+    /// parameter group: for the i-th parameter `state.{i}.step` and its buffers
+    /// (`state.{i}.exp_avg` and `state.{i}.exp_avg_sq` for Adam, `state.{i}.momentum_buffer`
+    /// for SGD with momentum), then `param_groups.0.lr`. The tensors are the state's own
+    /// handles: save them as they are (under FSDP they are this rank's shards' state).
+    fn named_state(&self) -> Vec<(String, &Tensor)>;
+    /// Restores the state [`named_state`](Optimizer::named_state) gave, as torch's
+    /// `load_state_dict`: every name must be there with the same shape and dtype, and a name
+    /// the optimizer does not have is an error too; nothing changes unless all of it fits.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()>;
     /// Bytes of the optimizer's state on this rank: moments or momentum buffers, step counts
     /// and the learning rate (under FSDP, the state of this rank's shards).
-    fn state_bytes(&self) -> i64;
+    fn state_bytes(&self) -> i64 {
+        self.named_state().iter().map(|(_, t)| t.nbytes()).sum()
+    }
+}
+
+/// Checks `state` against the optimizer's `named` state (each name once, same shapes and
+/// dtypes, nothing missing or extra), then copies it in.
+#[track_caller]
+fn load_named(named: Vec<(String, &Tensor)>, state: &[(String, Tensor)]) -> Result<()> {
+    let invalid = |message: String| Err(Error::new(ErrorKind::Invalid, message));
+    for (name, _) in state {
+        if !named.iter().any(|(n, _)| n == name) {
+            return invalid(format!(
+                "load_state_dict: unexpected key {name:?}: this optimizer has {} state \
+                 tensors, for {} parameters; was the state saved from another model?",
+                named.len(),
+                named.iter().filter(|(n, _)| n.ends_with(".step")).count()
+            ));
+        }
+    }
+    let mut pairs = Vec::with_capacity(named.len());
+    for (name, mine) in &named {
+        let Some((_, saved)) = state.iter().find(|(n, _)| n == name) else {
+            return invalid(format!("load_state_dict: missing key {name:?}"));
+        };
+        if saved.shape() != mine.shape() || saved.dtype() != mine.dtype() {
+            return invalid(format!(
+                "load_state_dict: {name:?} is {}{:?} in the saved state and {}{:?} here",
+                saved.dtype().name(),
+                saved.shape(),
+                mine.dtype().name(),
+                mine.shape()
+            ));
+        }
+        pairs.push((*mine, saved));
+    }
+    no_grad(|| pairs.iter().try_for_each(|(mine, saved)| mine.set_data(saved)))
 }
 
 /// A 0-d tensor of `value` in `dtype` (0-d operands keep a tensor's dtype).
@@ -166,9 +212,34 @@ struct Schedule {
 }
 
 impl Schedule {
-    /// Bytes of the learning rate and the step counts.
-    fn bytes(&self) -> i64 {
-        self.lr.nbytes() + self.counts.iter().map(Tensor::nbytes).sum::<i64>()
+    /// The named state (see [`Optimizer::named_state`]): each parameter's step count and the
+    /// `buffers` of parameter i, then the learning rate.
+    fn named<'t>(
+        &'t self,
+        buffers: impl Fn(usize) -> Vec<(&'static str, &'t Tensor)>,
+    ) -> Vec<(String, &'t Tensor)> {
+        let mut named = Vec::new();
+        for (i, count) in self.counts.iter().enumerate() {
+            named.push((format!("state.{i}.step"), count));
+            for (buffer, t) in buffers(i) {
+                named.push((format!("state.{i}.{buffer}"), t));
+            }
+        }
+        named.push(("param_groups.0.lr".to_string(), &self.lr));
+        named
+    }
+
+    /// Reads back what the guest mirrors of loaded state: the learning rate and the step
+    /// count (the most steps any parameter took).
+    #[track_caller]
+    fn resync(&mut self) -> Result<()> {
+        self.lr_value = self.lr.item::<f64>()?;
+        let mut steps = 0.0f64;
+        for count in &self.counts {
+            steps = steps.max(count.item::<f64>()?);
+        }
+        self.steps = steps as u64;
+        Ok(())
     }
 
     #[track_caller]
@@ -314,8 +385,15 @@ impl Optimizer for SGD<'_> {
         self.schedule.set_lr(lr)
     }
 
-    fn state_bytes(&self) -> i64 {
-        self.momentum.iter().map(Tensor::nbytes).sum::<i64>() + self.schedule.bytes()
+    fn named_state(&self) -> Vec<(String, &Tensor)> {
+        self.schedule
+            .named(|i| self.momentum.get(i).map(|b| ("momentum_buffer", b)).into_iter().collect())
+    }
+
+    #[track_caller]
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        load_named(self.named_state(), state)?;
+        self.schedule.resync()
     }
 }
 
@@ -472,9 +550,17 @@ macro_rules! adam_optimizer {
                 self.0.schedule.set_lr(lr)
             }
 
-            fn state_bytes(&self) -> i64 {
-                let moments: i64 = self.0.moments.iter().map(|(m, v)| m.nbytes() + v.nbytes()).sum();
-                moments + self.0.schedule.bytes()
+            fn named_state(&self) -> Vec<(String, &Tensor)> {
+                let moments = &self.0.moments;
+                self.0
+                    .schedule
+                    .named(|i| vec![("exp_avg", &moments[i].0), ("exp_avg_sq", &moments[i].1)])
+            }
+
+            #[track_caller]
+            fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+                load_named(self.named_state(), state)?;
+                self.0.schedule.resync()
             }
         }
     };

@@ -5,16 +5,24 @@ device mesh, with TRL's three ways to batch.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 
 from test_experiments import module, run
 
 
-def sft(*args: str, nproc: int = 1) -> str:
-    r = run(module("sft"), "--nproc", str(nproc), "--deadline", "600", "--", *args)
+def sft_run(*args: str, nproc: int = 1, grant: Path | None = None):
+    granted = ["--dir-rw", str(grant)] if grant else []
+    return run(module("sft"), "--nproc", str(nproc), "--deadline", "600", *granted, "--", *args)
+
+
+def sft(*args: str, nproc: int = 1, grant: Path | None = None) -> str:
+    r = sft_run(*args, nproc=nproc, grant=grant)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -153,3 +161,69 @@ def test_step_time_throughput_and_mfu_follow_from_the_model():
         want = flops_per_token * c["tokens_per_s"] / peak
         assert c["mfu"] == pytest.approx(want, rel=1e-3, abs=5e-7), c
         assert (c["comm_ms"] > 0) == (nproc > 1), c
+
+
+@pytest.mark.parametrize("tp,fsdp", [(1, 1), (2, 2)])
+def test_a_sharded_save_resumes_with_the_same_losses(tmp_path, tp, fsdp):
+    """Four steps, a sharded save (each rank its own shards and AdamW state, as
+    torch.distributed.checkpoint), and a resume to step 8 give exactly the losses of 8 steps
+    in one go: the same data (the stream replayed to the saved step), parameters, moments and
+    step counts. On one rank the resumed step compiles once, as the first run's did."""
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["--batch", "8", "--lr", "5e-3", "--tp", str(tp), "--fsdp", str(fsdp)]
+    n = tp * fsdp
+    straight = losses(sft("--steps", "8", *args, nproc=n))
+    first = sft("--steps", "4", *args, "--save-sharded", "out/state", nproc=n, grant=out)
+    resumed_out = sft("--steps", "8", *args, "--resume", "out/state", nproc=n, grant=out)
+    assert "resumed from out/state at step 4" in resumed_out, resumed_out
+    assert losses(first) == straight[:4]
+    assert losses(resumed_out) == straight[4:], (straight, resumed_out)
+    if n == 1:
+        assert "sft_step: 4 calls, 1 compile(s), 3 cache hits" in resumed_out, resumed_out
+    # Standard safetensors files, one per rank, that Python reads.
+    files = sorted((out / "state").iterdir())
+    assert [f.name for f in files] == [f"rank-{r:05}-of-{n:05}.safetensors" for r in range(n)]
+    with safe_open(files[-1], "np") as f:
+        meta = f.metadata()
+        names = list(f.keys())
+        q = f.get_tensor("model.model.layers.0.self_attn.q_proj.weight")
+        moment = f.get_tensor("optim.state.0.exp_avg")
+        step = f.get_tensor("optim.state.0.step")
+    assert meta["step"] == "4" and meta["mesh"] == f"[fsdp {fsdp}, tp {tp}]", meta
+    # q_proj is [64, 64], column-parallel over tp, then its rows sharded over fsdp.
+    assert q.shape == (64 // n, 64) and q.dtype == np.float32
+    assert step.shape == () and step == 4.0 and moment.dtype == np.float32
+    assert "optim.param_groups.0.lr" in names
+
+
+def test_a_resume_on_another_mesh_or_at_its_own_step_is_a_clear_error(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    sft("--steps", "2", "--tp", "2", "--fsdp", "2", "--save-sharded", "out/s", nproc=4, grant=out)
+    cases = [
+        (4, ["--tp", "4", "--steps", "4"], "saved with mesh [fsdp 2, tp 2] and this run has [fsdp 1, tp 4]"),
+        (1, ["--steps", "4"], "the state was saved by 4 ranks and this run has 1"),
+        (4, ["--tp", "2", "--fsdp", "2", "--steps", "2"], "the state is at step 2, so --steps 2 leaves nothing"),
+        (4, ["--tp", "2", "--fsdp", "2", "--steps", "4", "--seed", "3"], "saved with seed 0 and this run has 3"),
+    ]
+    for nproc, args, message in cases:
+        r = sft_run(*args, "--resume", "out/s", nproc=nproc, grant=out)
+        assert r.returncode != 0 and message in r.stdout + r.stderr, (args, r.stdout + r.stderr)
+
+
+def test_save_writes_a_hugging_face_folder_python_reads(tmp_path):
+    """`--save` on the sharded run writes the consolidated model: config.json and
+    model.safetensors with every parameter whole under its Hugging Face name."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sft("--steps", "2", "--tp", "2", "--fsdp", "2", "--save", "out/ckpt", nproc=4, grant=out)
+    config = json.loads((out / "ckpt" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["hidden_size"] == 64
+    with safe_open(out / "ckpt" / "model.safetensors", "np") as f:
+        assert f.metadata() == {"format": "pt"}
+        shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    assert len(shapes) == 2 * 9 + 3
+    assert shapes["model.embed_tokens.weight"] == [16, 64]
+    assert shapes["model.layers.1.mlp.down_proj.weight"] == [64, 128]
+    assert shapes["lm_head.weight"] == [16, 64]

@@ -198,9 +198,9 @@ fn list(c: &mut Ctx, path_ptr: i32, path_len: i32, ptr: i32, cap: i32) -> HostRe
 
 fn mkdir(c: &mut Ctx, path_ptr: i32, path_len: i32) -> HostResult<i32> {
     let (path, host) = resolve(c, path_ptr, path_len, Need::Write)?;
-    if host.is_dir() {
-        return Ok(0);
+    match std::fs::create_dir(&host) {
+        // Ranks of one run make the same folder at once: one of them wins, none fails.
+        Err(e) if !host.is_dir() => Err(io_error("make the folder", &path, e)),
+        _ => Ok(0),
     }
-    std::fs::create_dir(&host).map_err(|e| io_error("make the folder", &path, e))?;
-    Ok(0)
 }

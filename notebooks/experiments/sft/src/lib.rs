@@ -5,7 +5,7 @@
 //! ```text
 //! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
 //!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] \
-//!     [--mixed-precision bf16]
+//!     [--mixed-precision bf16] [--save-sharded OUT/state] [--resume OUT/state]
 //! ```
 //!
 //! `N = T * F` ranks form a `[F, T]` mesh: tensor parallelism inside each `tp` group, FSDP
@@ -29,6 +29,12 @@
 //! modeled step time (compute and communication), tokens/s and model FLOPs utilisation, each
 //! core's parameters, gradients and optimizer state in bytes, and with
 //! `--save` the consolidated model as a Hugging Face folder, and plots the loss curve.
+//!
+//! `--save-sharded` writes every rank's shards and optimizer state after the last step, and
+//! `--resume` starts from such a state and trains on to `--steps` (the total), with the
+//! losses the uninterrupted run has (see `state`).
+
+mod state;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -113,6 +119,17 @@ enum Packing {
     Wrapped,
     Pad128,
     None,
+}
+
+impl Packing {
+    /// The `--packing` value.
+    fn name(self) -> &'static str {
+        match self {
+            Packing::Wrapped => "wrapped",
+            Packing::Pad128 => "pad128",
+            Packing::None => "none",
+        }
+    }
 }
 
 /// Builds batches of `rows` sequences: ids and labels (`IGNORE` where the loss skips).
@@ -246,6 +263,10 @@ struct Args {
     lr: f64,
     seed: i64,
     save: Option<String>,
+    /// Where to save every rank's training state after the last step.
+    save_sharded: Option<String>,
+    /// A sharded training state to start from.
+    resume: Option<String>,
     /// FSDP's `param_dtype` (with `reduce_dtype` f32), `None` for f32 throughout.
     mixed_precision: Option<DType>,
 }
@@ -260,6 +281,8 @@ fn args() -> Result<Args> {
         lr: 3e-3,
         seed: 0,
         save: None,
+        save_sharded: None,
+        resume: None,
         mixed_precision: None,
     };
     let list = neuronlab::args();
@@ -267,7 +290,7 @@ fn args() -> Result<Args> {
     let bad = |m: String| {
         Error::new(
             ErrorKind::Invalid,
-            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--mixed-precision bf16]"),
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16]"),
         )
     };
     while let Some(flag) = it.next() {
@@ -303,6 +326,8 @@ fn args() -> Result<Args> {
                 a.seed = v.parse().map_err(|_| parse_err(&v))?
             }
             "--save" => a.save = Some(value()?),
+            "--save-sharded" => a.save_sharded = Some(value()?),
+            "--resume" => a.resume = Some(value()?),
             "--mixed-precision" => {
                 let v = value()?;
                 a.mixed_precision = match v.as_str() {
@@ -366,7 +391,11 @@ struct StepCost {
 }
 
 impl StepCost {
-    fn add(&mut self, (device, collectives): (std::time::Duration, std::time::Duration), tokens: usize) {
+    fn add(
+        &mut self,
+        (device, collectives): (std::time::Duration, std::time::Duration),
+        tokens: usize,
+    ) {
         self.device += neuronlab::device_time() - device;
         self.collectives += neuronlab::collective_time() - collectives;
         self.tokens += tokens;
@@ -465,7 +494,6 @@ fn run() -> Result<()> {
         a.fsdp,
         a.tp
     );
-    println!("accuracy before: {:.2}", accuracy(&model)?);
     let mut collator = Collator {
         examples: Examples(a.seed as u64 + 1),
         packing: a.packing,
@@ -478,6 +506,37 @@ fn run() -> Result<()> {
             ..adamw_defaults()
         },
     )?);
+    let settings = state::RunSettings(vec![
+        ("mesh", format!("[fsdp {}, tp {}]", a.fsdp, a.tp)),
+        ("batch", a.batch.to_string()),
+        ("packing", a.packing.name().to_string()),
+        ("seed", a.seed.to_string()),
+        (
+            "mixed_precision",
+            a.mixed_precision.map_or("none", DType::name).to_string(),
+        ),
+    ]);
+    let mut first = 1;
+    if let Some(dir) = &a.resume {
+        let saved = state::load(dir, &model, &mut *opt.borrow_mut(), &settings)?;
+        if saved >= a.steps {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!(
+                    "--resume {dir}: the state is at step {saved}, so --steps {} leaves nothing \
+                     to train; give --steps above {saved} (the total, as Trainer's max_steps)",
+                    a.steps
+                ),
+            ));
+        }
+        // The batches the saved run trained on, drawn again so the stream continues.
+        for _ in 0..saved {
+            collator.batch(a.batch)?;
+        }
+        println!("resumed from {dir} at step {saved}");
+        first = saved + 1;
+    }
+    println!("accuracy before: {:.2}", accuracy(&model)?);
     let rows = a.batch / a.fsdp;
     let position = mesh.coordinate("fsdp")?;
     // A step with collectives (more ranks, or FSDP's casting all-gathers) runs eagerly.
@@ -497,7 +556,7 @@ fn run() -> Result<()> {
     let mut shapes: Vec<Vec<i64>> = Vec::new();
     let mut curve: Vec<f32> = Vec::new();
     let mut cost = StepCost::default();
-    for n in 1..=a.steps {
+    for n in first..=a.steps {
         // Every rank draws the whole batch, so the FSDP ranks split one batch.
         let (ids, labels) = collator.batch(a.batch)?;
         let scale = full(&[], a.fsdp as f64 / labelled(&labels)? as f64)?;
@@ -554,14 +613,14 @@ fn run() -> Result<()> {
         );
     }
     cost.report(
-        a.steps,
+        a.steps + 1 - first,
         flops_per_token,
         a.mixed_precision.unwrap_or(DType::F32),
     )?;
     println!("accuracy after: {:.2}", accuracy(&model)?);
     memory_table(&model, &*opt.borrow())?;
     if dist::rank() == 0 {
-        let steps: Vec<i64> = (1..=curve.len() as i64).collect();
+        let steps: Vec<i64> = (first as i64..).take(curve.len()).collect();
         plot::line(&format!(
             "sft on [fsdp {}, tp {}]: loss per step",
             a.fsdp, a.tp
@@ -570,6 +629,13 @@ fn run() -> Result<()> {
         .y_axis("cross entropy of the answer", "nats")
         .series_xy("loss", &steps, &curve)
         .show()?;
+    }
+    if let Some(dir) = &a.save_sharded {
+        state::save(dir, &model, &*opt.borrow(), a.steps, &settings)?;
+        println!(
+            "saved the training state at step {} to {dir}: one file per rank",
+            a.steps
+        );
     }
     let (sample, _) = example(3, 4);
     println!("example: {}", text(&sample[1..sample.len() - 1]));
