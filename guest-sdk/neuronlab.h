@@ -1,5 +1,5 @@
 /*
- * neuronlab.h: the neuronlab guest ABI, version 1.9, for C guests.
+ * neuronlab.h: the neuronlab guest ABI, version 1.10, for C guests.
  *
  * guest-sdk/ABI.md is the contract; this header declares it for clang's wasm32 target:
  *
@@ -31,7 +31,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------------------- */
 
 /** The ABI version this header speaks: (major << 16) | minor. */
-#define NL_ABI_VERSION ((1 << 16) | 9)
+#define NL_ABI_VERSION ((1 << 16) | 10)
 
 /** Exports a function from the module under `name`. */
 #define NL_EXPORT(name) __attribute__((export_name(name)))
@@ -124,6 +124,11 @@ NL_IMPORT("collective_time_ns") int64_t nl_collective_time_ns(void);
 /** ABI 1.8: one NeuronCore's peak TensorEngine FLOP/s for a dtype code, or a negative error
  * code. */
 NL_IMPORT("peak_flops") int64_t nl_peak_flops(int32_t dtype);
+/** ABI 1.10: bytes of a memory role (0 parameters, 1 gradients, 2 optimizer state,
+ * 3 activations, 4 collective buffers, 5 other) on this core at its peak. */
+NL_IMPORT("memory_at_peak") int64_t nl_memory_at_peak(int32_t role);
+/** ABI 1.10: starts this core's peak again from what it holds now; returns 0. */
+NL_IMPORT("memory_reset_peak") int32_t nl_memory_reset_peak(void);
 
 /* tensor */
 
@@ -153,6 +158,8 @@ NL_IMPORT("tensor_device") int32_t nl_tensor_device(int32_t h);
 NL_IMPORT("tensor_clone") int32_t nl_tensor_clone(int32_t h);
 /** Frees a handle; returns 0. */
 NL_IMPORT("tensor_drop") int32_t nl_tensor_drop(int32_t h);
+/** ABI 1.10: counts the tensor's storage as a memory role (see nl_memory_at_peak). */
+NL_IMPORT("tensor_set_memory_role") int32_t nl_tensor_set_memory_role(int32_t h, int32_t role);
 
 /* op */
 

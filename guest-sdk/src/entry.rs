@@ -9,8 +9,8 @@ use std::sync::Once;
 use crate::error::Error;
 use crate::sys::{self, Stream};
 
-/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.9.
-pub const ABI_VERSION: i32 = (1 << 16) | 9;
+/// The ABI version this SDK speaks: `(major << 16) | minor`, here 1.10.
+pub const ABI_VERSION: i32 = (1 << 16) | 10;
 
 /// The `neuronlab_abi_version` export the host checks before it runs a guest.
 ///

@@ -3,7 +3,7 @@
 //! An experiment is a `wasm32-unknown-unknown` cdylib that the neuronlab host runs in a
 //! sandbox. Tensors live on the host, on a simulated NeuronCore; the guest holds them as
 //! [`Tensor`] handles and runs ops through the host's op registry. This crate wraps the guest
-//! ABI (`guest-sdk/ABI.md`, version 1.9) in safe Rust:
+//! ABI (`guest-sdk/ABI.md`, version 1.10) in safe Rust:
 //!
 //! - [`Tensor`]: shape, dtype, [`to_vec`](Tensor::to_vec), [`item`](Tensor::item),
 //!   numpy-style `Display`, and the operators `+ - * /` and unary `-`.
@@ -18,6 +18,8 @@
 //! - Clocks: [`clock`] for host time, [`device_time`] for the modeled device time of what ran
 //!   on this guest's core (the "modeled" figures of the cell summary), [`collective_time`]
 //!   for its collective part; [`peak_flops`] for the core's published matmul peak.
+//! - [`memory`]: what the core held at its peak, by role (parameters, gradients, optimizer
+//!   state, activations, collective buffers).
 //! - [`plot`]: line, bar and heatmap plots with labelled axes and units, drawn by the host
 //!   (SVG in a notebook, text in the REPL).
 //! - [`compile`] for compiled functions with guards and recompile reasons, [`lazy`] and
@@ -82,6 +84,7 @@ mod entry;
 mod error;
 pub mod fs;
 mod json;
+pub mod memory;
 pub mod nn;
 mod op;
 pub mod ops;

@@ -32,6 +32,7 @@
 use crate::autograd::no_grad;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
+use crate::memory::MemoryRole;
 use crate::ops::{full_with, stack, zeros_with, FullOptions, ZerosOptions};
 use crate::tensor::Tensor;
 
@@ -60,6 +61,14 @@ pub trait Optimizer {
     fn state_bytes(&self) -> i64 {
         self.named_state().iter().map(|(_, t)| t.nbytes()).sum()
     }
+}
+
+/// Counts the optimizer's state as such in its core's memory (its updates keep the role).
+#[track_caller]
+fn mark_state(opt: &dyn Optimizer) -> Result<()> {
+    opt.named_state()
+        .iter()
+        .try_for_each(|(_, t)| t.set_memory_role(MemoryRole::OptimizerState))
 }
 
 /// Checks `state` against the optimizer's `named` state (each name once, same shapes and
@@ -323,12 +332,14 @@ impl<'a> SGD<'a> {
         } else {
             Vec::new()
         };
-        Ok(SGD {
+        let sgd = SGD {
             schedule: Schedule::new(config.lr, params.len())?,
             params,
             config,
             momentum,
-        })
+        };
+        mark_state(&sgd)?;
+        Ok(sgd)
     }
 }
 
@@ -521,7 +532,9 @@ macro_rules! adam_optimizer {
             /// An optimizer over `params` (leaves on one core).
             #[track_caller]
             pub fn new(params: Vec<&'a Tensor>, config: AdamConfig) -> Result<$name<'a>> {
-                AdamState::new(params, config, $decoupled, $torch).map($name)
+                let opt = AdamState::new(params, config, $decoupled, $torch).map($name)?;
+                mark_state(&opt)?;
+                Ok(opt)
             }
 
             /// The number of steps taken.

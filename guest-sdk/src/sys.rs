@@ -34,6 +34,8 @@ mod ffi {
         ) -> i32;
         pub fn collective_time_ns() -> i64;
         pub fn peak_flops(dtype: i32) -> i64;
+        pub fn memory_at_peak(role: i32) -> i64;
+        pub fn memory_reset_peak() -> i32;
 
         pub fn tensor_create(
             dtype: i32,
@@ -53,6 +55,7 @@ mod ffi {
         pub fn tensor_device(h: u32) -> i32;
         pub fn tensor_clone(h: u32) -> i32;
         pub fn tensor_drop(h: u32) -> i32;
+        pub fn tensor_set_memory_role(h: u32, role: i32) -> i32;
 
         pub fn op_lookup(name_ptr: *const u8, name_len: i32) -> i32;
         pub fn op_call(
@@ -351,6 +354,27 @@ pub(crate) fn collective_time_ns() -> i64 {
 pub(crate) fn peak_flops(dtype: i32) -> i64 {
     // SAFETY: no memory is passed.
     unsafe { ffi::peak_flops(dtype) }
+}
+
+/// Bytes of a memory role on the guest's core at its peak.
+#[track_caller]
+pub(crate) fn memory_at_peak(role: i32) -> Result<i64> {
+    // SAFETY: no memory is passed.
+    check64(unsafe { ffi::memory_at_peak(role) })
+}
+
+/// Starts the core's peak again from what it holds now.
+#[track_caller]
+pub(crate) fn memory_reset_peak() -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::memory_reset_peak() }).map(drop)
+}
+
+/// Counts a tensor's storage as a memory role.
+#[track_caller]
+pub(crate) fn tensor_set_memory_role(h: u32, role: i32) -> Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { ffi::tensor_set_memory_role(h, role) }).map(drop)
 }
 
 /// A new tensor from dense row-major little-endian data; returns its handle.

@@ -122,7 +122,9 @@ fn report_run(
     let world_size = report.ranks.len() as u32;
     // Under mpirun, process 0's bus holds every process's events (see spmd::launch).
     let events = session.runtime().bus().events();
-    let summary = Summary::from_events(&events).to_string();
+    let summary = Summary::from_events(&events)
+        .with_peak_roles(session.runtime().memory())
+        .to_string();
     eprintln!(
         "\n-- {}\n-- {}",
         headline(&report, world_size),

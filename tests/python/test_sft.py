@@ -227,3 +227,32 @@ def test_save_writes_a_hugging_face_folder_python_reads(tmp_path):
     assert shapes["model.embed_tokens.weight"] == [16, 64]
     assert shapes["model.layers.1.mlp.down_proj.weight"] == [64, 128]
     assert shapes["lm_head.weight"] == [16, 64]
+
+
+def peak_table(stdout: str) -> dict[int, dict[str, int]]:
+    roles = ["parameters", "gradients", "optimizer state", "activations", "collective buffers", "other", "peak"]
+    rows = re.findall(r"^(?:\[rank0\]: )?neuron:(\d+)((?: +\d+){7})$", stdout, re.M)
+    return {int(r): dict(zip(roles, map(int, v.split()))) for r, v in rows}
+
+
+def test_each_cores_peak_by_role_is_the_hosts_accounting():
+    """The host counts every byte of a core under one role. At FSDP 8 each core's peak holds
+    an eighth of the parameters and of AdamW's moments (their whole 0-d step counts and
+    learning rate aside, as the state table's test states), and all of the parameters
+    again as collective buffers: the all-gathered copies live until backward, as FSDP2
+    without reshard_after_forward keeps them; and the activations saved for backward. The
+    roles sum to the peak."""
+    args = ["--steps", "2", "--batch", "8", "--packing", "none"]
+    one_out = sft(*args)
+    eight_out = sft(*args, "--fsdp", "8", nproc=8)
+    one, eight = peak_table(one_out), peak_table(eight_out)
+    assert list(one) == [0] and sorted(eight) == list(range(8)), eight_out
+    params, _, state = state_table(one_out)[0]
+    assert one[0]["parameters"] == params and one[0]["optimizer state"] == state, one_out
+    scalars = 8 * (2 * 9 + 3 + 1)
+    for core, row in eight.items():
+        assert sum(v for k, v in row.items() if k != "peak") == row["peak"], row
+        assert row["parameters"] == params // 8, (core, row)
+        assert row["optimizer state"] == (state - scalars) // 8 + scalars, (core, row)
+        assert row["collective buffers"] >= params, (core, row)
+        assert row["activations"] > 0, (core, row)

@@ -29,7 +29,7 @@ use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
 use super::group::ProcessGroup;
 use super::peers::{Message, Peers, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
-use neuronlab_core::device::CoreId;
+use neuronlab_core::device::{CoreId, Role};
 use neuronlab_core::error::{Error, Result};
 use neuronlab_core::events::{CollectiveEvent, EventKind};
 use neuronlab_core::tensor::{Buffer, Tensor};
@@ -658,6 +658,9 @@ impl RankComm {
             )?),
             None => None,
         };
+        if let Some(t) = &output {
+            t.set_memory_role(Role::CollectiveBuffer);
+        }
         self.publish(group, &call, input, output.as_ref(), start_us)?;
         Ok(output)
     }

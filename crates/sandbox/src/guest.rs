@@ -26,7 +26,7 @@ use neuronlab_dist::{RankComm, World};
 /// The ABI major version this host speaks (guest-sdk/ABI.md).
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this host implements.
-pub const ABI_MINOR: u32 = 9;
+pub const ABI_MINOR: u32 = 10;
 
 /// How often the epoch advances; deadlines and interrupts are noticed within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);

@@ -358,7 +358,7 @@ impl Session {
                     .any(|e| matches!(e.kind, EventKind::Op(_) | EventKind::Collective(_))),
             });
         }
-        let summary = Summary::from_events(&events);
+        let summary = Summary::from_events(&events).with_peak_roles(self.runtime.memory());
         let worth_showing = summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0;
         match failed {
             Some(mut error) => {

@@ -570,7 +570,44 @@ fn a_backward_shows_in_events_timeline_trace_and_mem() {
         html.contains("<p><b>autograd (part of the HBM in use): "),
         "{html}"
     );
-    assert_eq!(html.matches("<table>").count(), 2, "{html}");
+    assert!(
+        html.contains("<p><b>at each core&#39;s peak, by role")
+            || html.contains("<p><b>at each core's peak, by role"),
+        "{html}"
+    );
+    assert_eq!(html.matches("<table>").count(), 3, "{html}");
+    // At the peak: w (a parameter), exp's output saved for backward, and w's gradient.
+    let roles = hbm
+        .split_once("at each core's peak, by role (what the peak held)\n")
+        .unwrap_or_else(|| panic!("{mem}"))
+        .1;
+    let header: Vec<&str> = roles
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .filter(|c| !c.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "core",
+            "parameters",
+            "gradients",
+            "optimizer state",
+            "activations",
+            "collective buffers",
+            "other"
+        ],
+        "{mem}"
+    );
+    let row: Vec<&str> = roles.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        row[..9],
+        ["neuron:0", "12", "B", "12", "B", "0", "B", "12", "B"],
+        "{mem}"
+    );
 
     // Without the variable, and with the peaks reset, nothing is left to show.
     ok(&mut s, "%reset");

@@ -147,10 +147,7 @@ impl Param {
             ));
         }
         let slice = crate::autograd::no_grad(|| {
-            self.tensor
-                .detach()?
-                .narrow(dim as i64, start, size)?
-                .contiguous()
+            owned(&self.tensor.detach()?.narrow(dim as i64, start, size)?, 0)
         })?;
         self.tensor = slice.requires_grad()?;
         self.split = Some(Split {
@@ -184,19 +181,12 @@ impl Param {
         let start = (position * chunk).min(rows);
         let length = chunk.min(rows - start);
         let mine = crate::autograd::no_grad(|| -> Result<Tensor> {
-            let part = self.tensor.detach()?.narrow(0, start, length)?;
-            if length == chunk {
-                return part.contiguous();
-            }
             if length == 0 {
                 let mut empty = shape.clone();
                 empty[0] = chunk;
                 return zeros_with(&empty, ZerosOptions::new().dtype(self.tensor.dtype()));
             }
-            // Pad dim 0 (pad lists trailing dims first, before and after).
-            let mut widths = vec![0i64; 2 * shape.len()];
-            widths[2 * shape.len() - 1] = chunk - length;
-            part.pad(&widths)
+            owned(&self.tensor.detach()?.narrow(0, start, length)?, chunk - length)
         })?;
         self.tensor = mine.requires_grad()?;
         self.shard = Some(Shard {
@@ -219,4 +209,16 @@ impl Param {
             }
         })
     }
+}
+
+/// `part` in a storage of its own, with `pad_rows` zero rows after it on dim 0: a rank keeps
+/// only its slice, as FSDP2 copies each shard into a buffer of its own. (`contiguous` would
+/// return a narrow on dim 0 as a view, keeping the whole parameter's storage alive.)
+#[track_caller]
+fn owned(part: &Tensor, pad_rows: i64) -> Result<Tensor> {
+    // pad lists the trailing dim first, before and after.
+    let rank = part.shape().len();
+    let mut widths = vec![0i64; 2 * rank];
+    widths[2 * rank - 1] = pad_rows;
+    part.pad(&widths)
 }

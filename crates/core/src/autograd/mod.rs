@@ -31,6 +31,7 @@ pub use engine::{backward, grad};
 pub use function::{record_function, BackwardFn};
 pub(crate) use record::record;
 
+use crate::device::role::Role;
 use crate::error::{Error, Result};
 use crate::events::Phase;
 use crate::runtime::Runtime;
@@ -110,6 +111,7 @@ pub fn requires_grad(rt: &Runtime, t: &Tensor) -> Result<Tensor> {
         ))),
         None => {
             let leaf = Leaf::new(rt.autograd_bytes(t.device())?);
+            t.set_memory_role(Role::Parameter);
             Ok(t.detach()
                 .with_grad_edge(Some(GradEdge::Leaf(Arc::new(leaf)))))
         }
@@ -163,6 +165,12 @@ pub fn replace_data(param: &Tensor, data: &Tensor) -> Result<Tensor> {
     }
     if let Some(leaf) = param.leaf() {
         leaf.bump_version();
+    }
+    // The role belongs to the variable: a parameter's or a moment's new data is still one.
+    match (param.memory_role(), param.leaf()) {
+        (Role::Other, Some(_)) => data.set_memory_role(Role::Parameter),
+        (Role::Other, None) => {}
+        (role, _) => data.set_memory_role(role),
     }
     Ok(data.detach().with_grad_edge(param.grad_edge().cloned()))
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::derivatives::{self, Derivative, OpBackward};
 use super::is_grad_enabled;
+use crate::device::role::Role;
 use crate::error::Result;
 use crate::ops::attrs::ResolvedAttrs;
 use crate::ops::registry::OpDef;
@@ -45,6 +46,7 @@ pub(crate) fn record(
         .iter()
         .chain(&saved_outputs)
         .flatten()
+        .inspect(|t| t.claim_memory_role(Role::Activation))
         .map(SavedStorage::of)
         .collect();
     saved.sort_by_key(|s| s.id);

@@ -3,14 +3,16 @@
 //! Every tensor's storage reserves its bytes here first. Two limits apply: the core's HBM
 //! quota (simulated: what the real device would hold) and the host cap (real: the bytes do
 //! live in host RAM). The [`Allocation`] guard gives the bytes back when the storage drops.
+//! Each core also counts its bytes per [`Role`], now and at its peak.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
 use super::host::HOST_MEM_LIMIT_VAR;
+use super::role::{Role, RoleBytes};
 use super::topology::{CoreId, Topology, TopologyError};
 use crate::events::fmt::{bytes, bytes_exact};
 use crate::events::{EventBus, EventKind, MemoryAction, MemoryEvent};
@@ -83,6 +85,10 @@ pub struct MemStats {
     pub capacity: u64,
     /// Live allocations.
     pub allocations: u64,
+    /// `in_use` per role.
+    pub by_role: RoleBytes,
+    /// `by_role` when `peak` was reached: what the core held at its peak.
+    pub at_peak: RoleBytes,
 }
 
 /// HBM accounting for every visible core plus the host cap. Shared as `Arc<DeviceMemory>`.
@@ -164,13 +170,18 @@ impl DeviceMemory {
                 limit: self.host_limit,
             })?;
         stats.in_use += bytes;
-        stats.peak = stats.peak.max(stats.in_use);
+        stats.by_role[Role::Other] += bytes;
+        if stats.in_use > stats.peak {
+            stats.peak = stats.in_use;
+            stats.at_peak = stats.by_role;
+        }
         stats.allocations += 1;
         let event = change(MemoryAction::Alloc, bytes, &stats);
         let allocation = Allocation {
             memory: Arc::clone(self),
             core,
             bytes,
+            role: AtomicU8::new(Role::Other as u8),
         };
         Ok((allocation, event))
     }
@@ -184,6 +195,7 @@ impl DeviceMemory {
     pub fn reset_peak(&self, core: CoreId) -> Result<(), MemoryError> {
         let mut stats = self.lock(core)?;
         stats.peak = stats.in_use;
+        stats.at_peak = stats.by_role;
         Ok(())
     }
 
@@ -210,11 +222,12 @@ impl DeviceMemory {
         Ok(slot.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn release(&self, core: CoreId, bytes: u64) {
+    fn release(&self, core: CoreId, bytes: u64, role: Role) {
         let Ok(mut stats) = self.lock(core) else {
             return; // Unreachable: an Allocation only exists for a known core.
         };
         stats.in_use -= bytes;
+        stats.by_role[role] -= bytes;
         stats.allocations -= 1;
         let event = change(MemoryAction::Free, bytes, &stats);
         // Publish outside the lock: a subscriber may ask for stats.
@@ -257,6 +270,8 @@ pub struct Allocation {
     memory: Arc<DeviceMemory>,
     core: CoreId,
     bytes: u64,
+    /// A [`Role`] code: changed under the core's lock, so the per-role counts stay exact.
+    role: AtomicU8,
 }
 
 impl Allocation {
@@ -269,11 +284,35 @@ impl Allocation {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// What the bytes hold.
+    pub fn role(&self) -> Role {
+        Role::from_code(self.role.load(Ordering::Relaxed)).unwrap_or(Role::Other)
+    }
+
+    /// Counts the bytes as `role` from now on. At the core's peak (nothing reserved since),
+    /// the split at the peak follows: a collective's output is named just after it is
+    /// reserved, and may be what made the peak.
+    pub fn set_role(&self, role: Role) {
+        let Ok(mut stats) = self.memory.lock(self.core) else {
+            return;
+        };
+        let old = self.role();
+        if old == role {
+            return;
+        }
+        self.role.store(role as u8, Ordering::Relaxed);
+        stats.by_role[old] -= self.bytes;
+        stats.by_role[role] += self.bytes;
+        if stats.in_use == stats.peak {
+            stats.at_peak = stats.by_role;
+        }
+    }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.memory.release(self.core, self.bytes);
+        self.memory.release(self.core, self.bytes, self.role());
     }
 }
 
@@ -297,6 +336,35 @@ mod tests {
     }
 
     #[test]
+    fn roles_count_bytes_now_and_at_the_peak() {
+        let mem = trn2_single_chip(GIB);
+        let core = CoreId(0);
+        let weights = mem.reserve(core, 4 * MIB).unwrap();
+        weights.set_role(Role::Parameter);
+        let saved = mem.reserve(core, 2 * MIB).unwrap();
+        saved.set_role(Role::Activation);
+        let gathered = mem.reserve(core, MIB).unwrap();
+        // Named just after it made the peak: the split at the peak follows.
+        gathered.set_role(Role::CollectiveBuffer);
+        drop(saved);
+        let _temp = mem.reserve(core, MIB).unwrap();
+        let stats = mem.stats(core).unwrap();
+        assert_eq!((stats.in_use, stats.peak), (6 * MIB, 7 * MIB));
+        assert_eq!(stats.by_role[Role::Parameter], 4 * MIB);
+        assert_eq!(stats.by_role[Role::Activation], 0);
+        assert_eq!(stats.by_role[Role::Other], MIB);
+        assert_eq!(stats.at_peak[Role::Activation], 2 * MIB);
+        assert_eq!(stats.at_peak[Role::CollectiveBuffer], MIB);
+        assert_eq!(stats.at_peak[Role::Other], 0);
+        assert_eq!(stats.at_peak.total(), stats.peak);
+        mem.reset_peak(core).unwrap();
+        let stats = mem.stats(core).unwrap();
+        assert_eq!(stats.at_peak, stats.by_role);
+        drop((weights, gathered));
+        assert_eq!(mem.stats(core).unwrap().by_role.total(), MIB);
+    }
+
+    #[test]
     fn allocations_are_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Allocation>();
@@ -315,9 +383,12 @@ mod tests {
                 in_use: 4 * MIB,
                 peak: 4 * MIB,
                 capacity: 24 * GIB,
-                allocations: 2
+                allocations: 2,
+                by_role: stats.by_role,
+                at_peak: stats.at_peak,
             }
         );
+        assert_eq!(stats.by_role[Role::Other], 4 * MIB);
         assert_eq!(memory.host_in_use(), 4 * MIB);
         drop(a);
         let stats = memory.stats(CoreId(1)).unwrap();

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::event::{Event, EventKind};
 use super::fmt::{bytes, duration};
-use crate::device::{Bound, CoreId};
+use crate::device::{Bound, CoreId, DeviceMemory, RoleBytes};
 
 /// How many ops [`Summary::top_ops`] keeps.
 pub const TOP_OPS: usize = 5;
@@ -40,6 +40,9 @@ pub struct Summary {
     pub top_ops: Vec<OpTotal>,
     /// Highest bytes in use per core seen in these events.
     pub peak_hbm: BTreeMap<CoreId, u64>,
+    /// What the core with the highest peak held at it, by role, when these events made that
+    /// core's recorded peak (see [`Summary::with_peak_roles`]).
+    pub peak_roles: Option<RoleBytes>,
     /// Compiles, first-time and re-.
     pub compiles: u64,
     /// Compiles that were recompiles (a guard failed).
@@ -59,6 +62,25 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The core with the highest peak in these events, and the peak; on ties, the first.
+    pub fn peak_core(&self) -> Option<(CoreId, u64)> {
+        self.peak_hbm
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+            .map(|(&core, &peak)| (core, peak))
+    }
+
+    /// Adds [`Summary::peak_roles`] from `memory`, whose per-role split is of each core's
+    /// recorded peak: it is this summary's only when these events reached that peak (a
+    /// later cell under a session's older, higher peak shows none).
+    pub fn with_peak_roles(mut self, memory: &DeviceMemory) -> Summary {
+        self.peak_roles = self.peak_core().and_then(|(core, peak)| {
+            let stats = memory.stats(core).ok()?;
+            (stats.peak == peak).then_some(stats.at_peak)
+        });
+        self
+    }
+
     /// Sums up `events`.
     pub fn from_events(events: &[Event]) -> Summary {
         let mut summary = Summary::default();
@@ -151,6 +173,18 @@ impl Summary {
         }
         items
     }
+
+    /// `parameters 1.00 MiB · activations 3.00 MiB · ...`: the roles that held bytes at the
+    /// peak.
+    pub fn peak_roles_text(&self) -> Option<String> {
+        let roles = self.peak_roles?;
+        let parts: Vec<String> = roles
+            .iter()
+            .filter(|&(_, b)| b > 0)
+            .map(|(role, b)| format!("{role} {}", bytes(b)))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(" · "))
+    }
 }
 
 /// Up to three lines: ops and times; the top ops; compiles, caches and collectives.
@@ -179,12 +213,7 @@ impl fmt::Display for Summary {
         } else {
             line.push("no ops".to_string());
         }
-        // The core with the highest peak; on ties, the first.
-        let peak = self
-            .peak_hbm
-            .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)));
-        if let Some((core, &peak)) = peak {
+        if let Some((core, peak)) = self.peak_core() {
             let mut text = format!("peak HBM {}", bytes(peak));
             if self.peak_hbm.len() > 1 {
                 text += &format!(" on {core}");
@@ -192,6 +221,9 @@ impl fmt::Display for Summary {
             line.push(text);
         }
         write!(f, "{}", line.join(" · "))?;
+        if let Some(roles) = self.peak_roles_text() {
+            write!(f, "\nat the peak: {roles}")?;
+        }
 
         if !self.top_ops.is_empty() {
             let top: Vec<String> = self

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Tensor;
+use crate::device::role::Role;
 
 /// Where a tensor's gradient goes.
 #[derive(Clone)]
@@ -155,6 +156,9 @@ impl Leaf {
         let mut slot = lock(&self.grad);
         let old = slot.as_ref().map_or(0, |g| g.nbytes() as u64);
         let new = grad.as_ref().map_or(0, |g| g.nbytes() as u64);
+        if let Some(g) = &grad {
+            g.set_memory_role(Role::Gradient);
+        }
         self.bytes.grads.fetch_add(new, Ordering::Relaxed);
         self.bytes.grads.fetch_sub(old, Ordering::Relaxed);
         *slot = grad;

@@ -23,6 +23,7 @@ pub use layout::{
 pub use layout::{is_row_major, same_shape};
 pub use storage::Storage;
 
+use crate::device::role::Role;
 use crate::device::topology::CoreId;
 use crate::with_dtype;
 use grad::{GradEdge, Leaf};
@@ -201,6 +202,24 @@ impl Tensor {
     /// An identity for the storage (equal for tensors that share it, while either lives).
     pub fn storage_id(&self) -> usize {
         Arc::as_ptr(&self.storage) as usize
+    }
+
+    /// What this tensor's storage holds, in the per-role memory breakdown.
+    pub fn memory_role(&self) -> Role {
+        self.storage.role()
+    }
+
+    /// Counts this tensor's storage as `role` (the whole storage: views share it).
+    pub fn set_memory_role(&self, role: Role) {
+        self.storage.set_role(role);
+    }
+
+    /// Counts this tensor's storage as `role` unless something already claimed it: an
+    /// activation that is a parameter stays a parameter.
+    pub fn claim_memory_role(&self, role: Role) {
+        if self.storage.role() == Role::Other {
+            self.storage.set_role(role);
+        }
     }
 
     /// True when both tensors share the same storage.

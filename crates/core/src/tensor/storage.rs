@@ -1,6 +1,7 @@
 //! [`Storage`]: the buffer behind tensors and the HBM reservation it holds.
 
 use crate::device::memory::Allocation;
+use crate::device::role::Role;
 
 use super::element::Buffer;
 
@@ -10,20 +11,31 @@ use super::element::Buffer;
 pub struct Storage {
     buffer: Buffer,
     // Held for its Drop, which returns the bytes to the core's quota.
-    _allocation: Option<Allocation>,
+    allocation: Option<Allocation>,
 }
 
 impl Storage {
     /// Wraps a buffer with the reservation that accounts for it.
     pub fn new(buffer: Buffer, allocation: Option<Allocation>) -> Storage {
-        Storage {
-            buffer,
-            _allocation: allocation,
-        }
+        Storage { buffer, allocation }
     }
 
     /// The elements.
     pub fn buffer(&self) -> &Buffer {
         &self.buffer
+    }
+
+    /// What the storage's bytes hold (`Other` for a storage nothing accounts).
+    pub fn role(&self) -> Role {
+        self.allocation
+            .as_ref()
+            .map_or(Role::Other, Allocation::role)
+    }
+
+    /// Counts the storage's bytes as `role`.
+    pub fn set_role(&self, role: Role) {
+        if let Some(a) = &self.allocation {
+            a.set_role(role);
+        }
     }
 }

@@ -110,6 +110,28 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
             });
         status64(&mut c, r)
     }
+    #[since(1, 10)]
+    fn memory_at_peak(c, role: i32) -> i64 {
+        let r = super::tensor::memory_role(role).and_then(|role| {
+            let state = c.data();
+            let stats = state.runtime.memory().stats(state.core).map_err(|e| {
+                Fail(ErrorCode::Invalid, e.to_string())
+            })?;
+            Ok(stats.at_peak[role] as i64)
+        });
+        status64(&mut c, r)
+    }
+    #[since(1, 10)]
+    fn memory_reset_peak(c) -> i32 {
+        let state = c.data();
+        let r = state
+            .runtime
+            .memory()
+            .reset_peak(state.core)
+            .map(|()| 0)
+            .map_err(|e| Fail(ErrorCode::Invalid, e.to_string()));
+        status(&mut c, r)
+    }
 };
 
 /// The longest failure name `fail` takes, in bytes.

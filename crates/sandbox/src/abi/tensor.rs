@@ -1,6 +1,7 @@
 //! The `tensor` group of imports (ABI.md "tensor"): creating tensors from guest data, their
 //! shapes and dtypes, reading and printing them, and their handles.
 
+use neuronlab_core::device::Role;
 use neuronlab_core::tensor::{checked_numel, format_tensor, Buffer, DType, FormatOptions};
 
 use super::compile::before_data_read;
@@ -106,7 +107,29 @@ pub(crate) const TENSOR: &[Import] = imports! { Tensor;
             .map_err(Fail::from);
         status(&mut c, r)
     }
+    #[since(1, 10)]
+    fn tensor_set_memory_role(c, h: i32, role: i32) -> i32 {
+        let r = memory_role(role).and_then(|role| {
+            let t = before_data_read(&mut c, h, "tensor_set_memory_role")?;
+            t.set_memory_role(role);
+            Ok(0)
+        });
+        status(&mut c, r)
+    }
 };
+
+/// The memory role with ABI code `code`.
+pub(crate) fn memory_role(code: i32) -> HostResult<Role> {
+    u8::try_from(code)
+        .ok()
+        .and_then(Role::from_code)
+        .ok_or_else(|| {
+            Fail(
+                ErrorCode::Invalid,
+                format!("{code} is not a memory role code (0..=5, see ABI.md \"Memory roles\")"),
+            )
+        })
+}
 
 fn tensor_create(
     caller: &mut Ctx,

@@ -5,6 +5,7 @@
 //! ops        12 on neuron:0 · host 1.20 ms · modeled 340 µs · memory-bound 9, compute-bound 3
 //! top        add 9× 270 µs (host 900 µs) · matmul 3× 70.0 µs (host 300 µs)
 //! peak HBM   neuron:0 48.0 MiB
+//! at the peak parameters 16.0 MiB · activations 24.0 MiB · other 8.00 MiB
 //! compiles   3, 2 of them recompiles · first recompile: mlp: input 0 'x' shape changed: ...
 //! collectives 2 · modeled 24.0 µs · all_reduce 2× 24.0 µs
 //! ```
@@ -52,6 +53,9 @@ pub fn summary_html(summary: &Summary, events: &[Event], cores_per_chip: u32) ->
     }
     if !summary.peak_hbm.is_empty() {
         lines.push(("peak HBM", peaks_line(summary)));
+    }
+    if let Some(roles) = summary.peak_roles_text() {
+        lines.push(("at the peak", roles));
     }
     lines.extend(compiles_line(events));
     lines.extend(listed(events));
@@ -149,11 +153,7 @@ fn peaks_line(summary: &Summary) -> String {
     let mut sorted: Vec<u64> = peaks.values().copied().collect();
     sorted.sort_unstable();
     // The first core with the highest peak.
-    let (top_core, top) = peaks
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-        .map(|(core, &peak)| (core, peak))
-        .expect("more than four cores");
+    let (top_core, top) = summary.peak_core().expect("more than four cores");
     format!(
         "{} cores · min {} · median {} · max {} on {top_core}",
         peaks.len(),

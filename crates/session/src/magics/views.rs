@@ -8,6 +8,7 @@ use super::super::display::escape;
 use super::super::{fail, CellError, CellEvents, MimeBundle, Outcome, Output, Session};
 use super::table::{count, Table};
 use super::{timeline as drawing, timeline_svg, usage_error, Argument, MAGICS};
+use neuronlab_core::device::Role;
 use neuronlab_core::events::fmt::{bytes, duration, duration_us};
 use neuronlab_core::events::{
     save_chrome_trace, Event, EventKind, EventTag, LimitAction, Phase, TensorSig,
@@ -573,22 +574,46 @@ pub fn mem(s: &mut Session, args: &str, out: &mut dyn FnMut(Output)) -> Outcome 
         return Outcome::Ok;
     }
     let mut bundle = table.bundle(&host);
-    if let Some(autograd) = autograd_table(s) {
-        let text = format!(
-            "{}\n\n{AUTOGRAD_HEADING}\n{}",
-            bundle.plain(),
-            autograd.text()
-        );
+    let sections = [
+        (ROLES_HEADING, Some(roles_table(s))),
+        (AUTOGRAD_HEADING, autograd_table(s)),
+    ];
+    for (heading, section) in sections {
+        let Some(section) = section else { continue };
+        let text = format!("{}\n\n{heading}\n{}", bundle.plain(), section.text());
         let html = format!(
             "{}\n<p><b>{}</b></p>\n{}",
             bundle.get("text/html").unwrap_or_default(),
-            escape(AUTOGRAD_HEADING),
-            autograd.html()
+            escape(heading),
+            section.html()
         );
         bundle = MimeBundle::text(text).with("text/html", html);
     }
     out(Output::Display(bundle));
     Outcome::Ok
+}
+
+/// The heading of `%mem`'s per-role table.
+const ROLES_HEADING: &str = "at each core's peak, by role (what the peak held)";
+
+/// What each core that has held anything held at its peak, by role.
+fn roles_table(s: &Session) -> Table {
+    let mut columns = vec!["core"];
+    columns.extend(Role::ALL.iter().map(|r| r.name()));
+    let mut table = Table::new(&columns).right(&[1, 2, 3, 4, 5, 6]);
+    let memory = s.runtime.memory();
+    for core in s.runtime.topology().cores() {
+        let Ok(stats) = memory.stats(core) else {
+            continue;
+        };
+        if stats.peak == 0 {
+            continue;
+        }
+        let mut row = vec![core.to_string()];
+        row.extend(stats.at_peak.iter().map(|(_, b)| bytes(b)));
+        table.push(row);
+    }
+    table
 }
 
 /// The heading of `%mem`'s autograd table.

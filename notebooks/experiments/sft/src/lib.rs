@@ -27,7 +27,8 @@
 //! packing buys; sharded steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
 //! accuracy (greedy answers to all 100 sums) before and after, the compile counts, the
 //! modeled step time (compute and communication), tokens/s and model FLOPs utilisation, each
-//! core's parameters, gradients and optimizer state in bytes, and with
+//! core's parameters, gradients and optimizer state in bytes, what each core held at its
+//! peak by role (adding activations and collective buffers), and with
 //! `--save` the consolidated model as a Hugging Face folder, and plots the loss curve.
 //!
 //! `--save-sharded` writes every rank's shards and optimizer state after the last step, and
@@ -40,6 +41,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use neuronlab::dist::{self, Group, ReduceOp};
+use neuronlab::memory::{self, MemoryRole};
 use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, MixedPrecisionPolicy, Module};
 use neuronlab::optim::{adamw_defaults, AdamWConfig, Optimizer};
 use neuronlab::prelude::*;
@@ -469,6 +471,35 @@ fn memory_table(model: &LlamaForCausalLM, opt: &dyn Optimizer) -> Result<()> {
     Ok(())
 }
 
+/// What each core held at its peak during the training steps, by role (the host's accounting, ABI.md "Memory roles"):
+/// the training state, the activations saved for backward and the collective buffers (FSDP's
+/// gathered parameters, TP's reduced activations) live at that moment.
+fn peak_table() -> Result<()> {
+    let mine: Vec<i64> = MemoryRole::ALL
+        .iter()
+        .map(|&r| memory::at_peak(r))
+        .collect::<Result<_>>()?;
+    let n = mine.len();
+    let all = dist::all_gather(&from_slice(&mine, &[1, n as i64])?, 0, &Group::world())?
+        .to_vec::<i64>()?;
+    if dist::rank() == 0 {
+        println!("each core at its peak (bytes):");
+        let mut header = format!("{:<10}", "core");
+        for role in MemoryRole::ALL {
+            header += &format!(" {:>18}", role.name());
+        }
+        println!("{header} {:>10}", "peak");
+        for (r, row) in all.chunks(n).enumerate() {
+            let mut line = format!("{:<10}", format!("neuron:{r}"));
+            for bytes in row {
+                line += &format!(" {bytes:>18}");
+            }
+            println!("{line} {:>10}", row.iter().sum::<i64>());
+        }
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     let a = args()?;
     let mesh = DeviceMesh::new(&[a.fsdp, a.tp], &["fsdp", "tp"])?;
@@ -556,6 +587,8 @@ fn run() -> Result<()> {
     let mut shapes: Vec<Vec<i64>> = Vec::new();
     let mut curve: Vec<f32> = Vec::new();
     let mut cost = StepCost::default();
+    // The peak of the training steps, not of the model's setup or the evaluation before.
+    memory::reset_peak()?;
     for n in first..=a.steps {
         // Every rank draws the whole batch, so the FSDP ranks split one batch.
         let (ids, labels) = collator.batch(a.batch)?;
@@ -617,6 +650,7 @@ fn run() -> Result<()> {
         flops_per_token,
         a.mixed_precision.unwrap_or(DType::F32),
     )?;
+    peak_table()?;
     println!("accuracy after: {:.2}", accuracy(&model)?);
     memory_table(&model, &*opt.borrow())?;
     if dist::rank() == 0 {
