@@ -148,9 +148,15 @@ def test_07_training_shows_the_backward_pass():
     heading = "autograd (part of the HBM in use): activations saved for backward"
     assert heading in mem, mem
     autograd = mem.split(heading, 1)[1]
+    # At the peak the core held the four parameters and, from the first backward on, their
+    # gradients: 196 B each.
+    by_role = mem.split("by role", 1)[1].split(heading, 1)[0]
+    assert re.search(r"^neuron:0\s+196 B\s+196 B\s", by_role, re.M), mem
     assert re.search(r"^neuron:0\s+0 B\s+\S+ \S*B\s+0\s+196 B$", autograd, re.M), mem
     [html] = [o.data["text/html"] for o in cells[4].outputs if "text/html" in o.get("data", {})]
-    assert html.count("<table>") == 2 and "<b>autograd" in html, html
+    # Three tables: the cores now, what each core's peak held by role, autograd.
+    assert html.count("<table>") == 3 and "<b>autograd" in html, html
+    assert "by role" in html and "<th" in html and "gradients</th>" in html, html
 
     # The compiled step: one compile, the eager losses bit for bit, the joint graph's parts.
     compiled = text(cells[5])
