@@ -124,6 +124,8 @@ NL_IMPORT("collective_time_ns") int64_t nl_collective_time_ns(void);
 /** ABI 1.8: one NeuronCore's peak TensorEngine FLOP/s for a dtype code, or a negative error
  * code. */
 NL_IMPORT("peak_flops") int64_t nl_peak_flops(int32_t dtype);
+/** ABI 1.10: the part of nl_device_time_ns that is communication overlapping no compute. */
+NL_IMPORT("collective_exposed_ns") int64_t nl_collective_exposed_ns(void);
 /** ABI 1.10: bytes of a memory role (0 parameters, 1 gradients, 2 optimizer state,
  * 3 activations, 4 collective buffers, 5 other) on this core at its peak. */
 NL_IMPORT("memory_at_peak") int64_t nl_memory_at_peak(int32_t role);

@@ -17,7 +17,8 @@
 //!   [`DisplayHandle`] to update a display in place, and [`clear_output`].
 //! - Clocks: [`clock`] for host time, [`device_time`] for the modeled device time of what ran
 //!   on this guest's core (the "modeled" figures of the cell summary), [`collective_time`]
-//!   for its collective part; [`peak_flops`] for the core's published matmul peak.
+//!   for the collectives' time and [`exposed_collective_time`] for the part of it no compute
+//!   overlapped; [`peak_flops`] for the core's published matmul peak.
 //! - [`memory`]: what the core held at its peak, by role (parameters, gradients, optimizer
 //!   state, activations, collective buffers).
 //! - [`plot`]: line, bar and heatmap plots with labelled axes and units, drawn by the host
@@ -110,6 +111,7 @@ pub use op::call;
 pub use ops::*;
 pub use output::{
     clear_output, clock, collective_time, device_time, display, display_html, display_svg,
+    exposed_collective_time,
     peak_flops, DisplayHandle, Displayable, Html, Svg,
 };
 pub use tensor::{from_slice, Tensor};

@@ -355,8 +355,10 @@ pub fn clock() -> Duration {
 
 /// Modeled device time on this guest's core since the guest instance started (ABI 1.6).
 ///
-/// The sum of the modeled times of every op, fused kernel and collective run on the core, the
-/// same figures the cell summary and `%events` report as "modeled". It counts by core, from
+/// The modeled times of every op, fused kernel and collective run on the core (the figures
+/// the cell summary and `%events` report as "modeled"), laid out with the ops one after
+/// another and the collectives beside them: an op waits only for a collective whose output
+/// it reads (see [`exposed_collective_time`]). It counts by core, from
 /// the instance's start, so a guest alone on its core (a cell, a rank of `neuronlab run`)
 /// sees exactly its own work. It is the device's time, not the host's: see [`clock`].
 ///
@@ -374,11 +376,27 @@ pub fn device_time() -> Duration {
     Duration::from_nanos(u64::try_from(sys::device_time_ns()).unwrap_or(0))
 }
 
-/// The part of [`device_time`] this guest's core spent in collectives (ABI 1.8); the rest is
-/// compute. The model runs a core's ops and collectives one after another, so the two add up
-/// to [`device_time`] and all of it is exposed communication.
+/// The modeled time of the collectives this guest's core ran (ABI 1.8). Collectives run
+/// beside compute, and only the part that overlaps none counts in [`device_time`]: that is
+/// [`exposed_collective_time`], and the rest overlapped compute.
 pub fn collective_time() -> Duration {
     Duration::from_nanos(u64::try_from(sys::collective_time_ns()).unwrap_or(0))
+}
+
+/// The part of [`device_time`] that is communication overlapping no compute (ABI 1.10): the
+/// core's waits for collectives' outputs and collectives still running after its last op.
+/// [`device_time`] less it is compute.
+///
+/// # Example
+///
+/// ```ignore
+/// let (t0, e0) = (neuronlab::device_time(), neuronlab::exposed_collective_time());
+/// step()?;
+/// let exposed = neuronlab::exposed_collective_time() - e0;
+/// let compute = neuronlab::device_time() - t0 - exposed;
+/// ```
+pub fn exposed_collective_time() -> Duration {
+    Duration::from_nanos(u64::try_from(sys::collective_exposed_ns()).unwrap_or(0))
 }
 
 /// The published peak matmul throughput of one NeuronCore of the simulated instance for

@@ -34,6 +34,7 @@ mod ffi {
         ) -> i32;
         pub fn collective_time_ns() -> i64;
         pub fn peak_flops(dtype: i32) -> i64;
+        pub fn collective_exposed_ns() -> i64;
         pub fn memory_at_peak(role: i32) -> i64;
         pub fn memory_reset_peak() -> i32;
 
@@ -354,6 +355,12 @@ pub(crate) fn collective_time_ns() -> i64 {
 pub(crate) fn peak_flops(dtype: i32) -> i64 {
     // SAFETY: no memory is passed.
     unsafe { ffi::peak_flops(dtype) }
+}
+
+/// The part of [`device_time_ns`] that is communication overlapping no compute.
+pub(crate) fn collective_exposed_ns() -> i64 {
+    // SAFETY: no memory is passed.
+    unsafe { ffi::collective_exposed_ns() }
 }
 
 /// Bytes of a memory role on the guest's core at its peak.

@@ -120,7 +120,8 @@ def test_fsdp_8_holds_an_eighth_of_the_training_state_per_core():
 def step_cost(stdout: str) -> dict[str, float]:
     step = re.search(
         r"^(?:\[rank0\]: )?modeled step: ([\d.]+) ms on the slowest rank = compute ([\d.]+) ms "
-        r"\+ communication ([\d.]+) ms",
+        r"\+ exposed communication ([\d.]+) ms \(communication ([\d.]+) ms, ([\d.]+) ms of it "
+        r"overlapping compute\)",
         stdout,
         re.M,
     )
@@ -134,7 +135,9 @@ def step_cost(stdout: str) -> dict[str, float]:
     return {
         "step_ms": float(step.group(1)),
         "compute_ms": float(step.group(2)),
-        "comm_ms": float(step.group(3)),
+        "exposed_ms": float(step.group(3)),
+        "comm_ms": float(step.group(4)),
+        "overlap_ms": float(step.group(5)),
         "tokens_per_s": float(rate.group(1)),
         "mfu": float(rate.group(2)) / 100,
         "cores": int(rate.group(3)),
@@ -147,20 +150,26 @@ def test_step_time_throughput_and_mfu_follow_from_the_model():
     modeled step; MFU is PaLM's model FLOPs per token (6 per matmul parameter: 84,288 minus
     the 16 x 64 embedding lookup; plus 12 x layers x heads x head dim x 128 for attention)
     times tokens/s over the cores' FP32 peak (Trainium2: 181 TFLOPS a chip, 4 logical cores at
-    LNC=2). One rank communicates nothing; TP over 4 ranks does, and compute plus
-    communication is the step."""
+    LNC=2). The step is compute plus the communication that overlapped none of it. One rank
+    communicates nothing; TP over 4 ranks does, and its all-reduces sit between the ops that
+    produce and read them, so nearly all of it is exposed; FSDP over 8 ranks prefetches each
+    layer's all-gathers during the layer before, so most of its communication overlaps."""
     flops_per_token = 6 * (84288 - 16 * 64) + 12 * 2 * 4 * 16 * 128
-    for nproc, args in ((1, []), (4, ["--tp", "4"])):
+    for nproc, args in ((1, []), (4, ["--tp", "4"]), (8, ["--fsdp", "8"])):
         out = sft("--steps", "3", "--batch", "8", *args, nproc=nproc)
         c = step_cost(out)
         assert c["cores"] == nproc and c["tflops"] == pytest.approx(181 / 4, abs=0.05), c
-        assert c["step_ms"] == pytest.approx(c["compute_ms"] + c["comm_ms"], abs=2e-3), c
+        assert c["step_ms"] == pytest.approx(c["compute_ms"] + c["exposed_ms"], abs=2e-3), c
+        assert c["comm_ms"] == pytest.approx(c["exposed_ms"] + c["overlap_ms"], abs=2e-3), c
+        assert 0 <= c["exposed_ms"] <= c["comm_ms"], c
         assert c["tokens_per_s"] == pytest.approx(8 * 128 / (c["step_ms"] / 1e3), rel=1e-3), c
         peak = c["cores"] * 181e12 / 4
         # MFU prints to 4 decimals of a percent.
         want = flops_per_token * c["tokens_per_s"] / peak
         assert c["mfu"] == pytest.approx(want, rel=1e-3, abs=5e-7), c
         assert (c["comm_ms"] > 0) == (nproc > 1), c
+        if nproc == 8:
+            assert c["overlap_ms"] > c["exposed_ms"], c
 
 
 @pytest.mark.parametrize("tp,fsdp", [(1, 1), (2, 2)])

@@ -898,6 +898,7 @@ impl Fused {
                 bytes: self.cost.bytes_read + self.cost.bytes_written,
                 modeled: self.cost.modeled(rt.cost_model()),
             },
+            ready_us: Tensor::ready_after(inputs),
             compute: Compute::Buffers(&kernel),
         })
     }

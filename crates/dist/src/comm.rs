@@ -658,10 +658,11 @@ impl RankComm {
             )?),
             None => None,
         };
+        let ready_us = self.publish(group, &call, input, output.as_ref(), start_us)?;
         if let Some(t) = &output {
             t.set_memory_role(Role::CollectiveBuffer);
+            t.set_ready_us(ready_us);
         }
-        self.publish(group, &call, input, output.as_ref(), start_us)?;
         Ok(output)
     }
 
@@ -815,7 +816,8 @@ impl RankComm {
             .is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
-    /// Publishes this rank's `collective` event.
+    /// Publishes this rank's `collective` event; returns when its output is ready on the
+    /// core's modeled device clock (the collective runs beside compute).
     fn publish(
         &self,
         group: &ProcessGroup,
@@ -823,7 +825,7 @@ impl RankComm {
         input: Option<&Tensor>,
         output: Option<&Tensor>,
         start_us: f64,
-    ) -> Result<()> {
+    ) -> Result<f64> {
         let input_bytes = input.map_or(0, |t| t.nbytes() as u64);
         // S as nccl-tests counts it: the gathered output for all_gather, the input otherwise.
         let message_bytes = match call {
@@ -833,19 +835,18 @@ impl RankComm {
         let runtime = self.runtime();
         let cost = collective_cost(call.collective(), group, message_bytes, runtime.topology())
             .map_err(Error::Invalid)?;
-        runtime.bus().publish_at(
-            self.core(),
-            start_us,
-            EventKind::Collective(CollectiveEvent {
-                op: call.name().to_string(),
-                group: group.ranks().to_vec(),
-                mesh_dim: group.name().map(str::to_string),
-                bytes: input_bytes,
-                host_us: runtime.bus().now_us() - start_us,
-                modeled_us: cost.total_s * 1e6,
-            }),
-        );
-        Ok(())
+        let event = EventKind::Collective(CollectiveEvent {
+            op: call.name().to_string(),
+            group: group.ranks().to_vec(),
+            mesh_dim: group.name().map(str::to_string),
+            bytes: input_bytes,
+            host_us: runtime.bus().now_us() - start_us,
+            modeled_us: cost.total_s * 1e6,
+        });
+        let (_, ready_us) = runtime
+            .bus()
+            .publish_all_after(self.core(), start_us, 0.0, [event]);
+        Ok(ready_us)
     }
 }
 

@@ -372,6 +372,11 @@ impl LlamaModel {
             .unsqueeze(0)?
             .le(&query_positions.unsqueeze(1)?)?; // [seq, keys]
         let mut x = self.embed_tokens.forward(ids)?;
+        // FSDP2's forward prefetch: each layer's all-gathers are issued before the layer
+        // ahead of it computes, so they run beside that compute instead of before their own.
+        if let Some(first) = self.layers.first() {
+            prefetch(first)?;
+        }
         let positions = query_positions.unsqueeze(0)?.expand(&[shape[0], seq])?;
         let (cos, sin) = self.rotary_emb.cos_sin(&positions, x.dtype())?;
         let inputs = AttentionInputs {
@@ -381,10 +386,22 @@ impl LlamaModel {
             position,
         };
         for (i, layer) in self.layers.iter().enumerate() {
+            match self.layers.get(i + 1) {
+                Some(next) => prefetch(next)?,
+                None => prefetch(&self.norm)?,
+            }
             x = layer.forward(&x, &inputs, i, cache.as_deref_mut())?;
         }
         self.norm.forward(&x)
     }
+}
+
+/// Starts the all-gathers of `module`'s sharded parameters ([`Param::prefetch`]).
+#[track_caller]
+fn prefetch(module: &dyn Module) -> Result<()> {
+    let mut params = Vec::new();
+    module.visit_parameters("", &mut |_, p| params.push(p));
+    params.into_iter().try_for_each(Param::prefetch)
 }
 
 impl Module for LlamaModel {

@@ -7,6 +7,7 @@
 //! reduce-scatter (averaged over the group: the mean of the ranks' losses), so the leaf's
 //! gradient is this rank's shard of the whole gradient.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::dist::{self, Group};
@@ -21,6 +22,9 @@ pub struct Param {
     /// Tensor parallelism's cut: this rank holds one of equal slices along a dim.
     split: Option<Split>,
     shard: Option<Shard>,
+    /// The whole parameter gathered ahead of its use ([`Param::prefetch`]), with the grad
+    /// mode it was gathered in.
+    prefetched: RefCell<Option<(Tensor, bool)>>,
 }
 
 /// A tensor-parallel slice: the group and the dim the whole is cut along.
@@ -56,6 +60,7 @@ impl Param {
             tensor,
             split: None,
             shard: None,
+            prefetched: RefCell::new(None),
         }
     }
 
@@ -65,9 +70,35 @@ impl Param {
         &self.tensor
     }
 
-    /// The parameter to compute with: the leaf, or under FSDP the all-gathered whole.
+    /// The parameter to compute with: the leaf, or under FSDP the all-gathered whole (the
+    /// prefetched one, if [`Param::prefetch`] gathered it in the same grad mode).
     #[track_caller]
     pub fn value(&self) -> Result<Tensor> {
+        match &self.shard {
+            None => self.tensor.try_clone(),
+            Some(_) => match self.prefetched.borrow_mut().take() {
+                Some((whole, grad)) if grad == crate::autograd::is_grad_enabled() => Ok(whole),
+                _ => self.gather(),
+            },
+        }
+    }
+
+    /// Starts gathering a sharded parameter before its use, as FSDP2's forward prefetch: the
+    /// all-gather is issued now and runs beside the compute issued until [`Param::value`]
+    /// reads it. Nothing for an unsharded parameter or one already prefetched.
+    #[track_caller]
+    pub fn prefetch(&self) -> Result<()> {
+        if self.shard.is_none() || self.prefetched.borrow().is_some() {
+            return Ok(());
+        }
+        let whole = self.gather()?;
+        *self.prefetched.borrow_mut() = Some((whole, crate::autograd::is_grad_enabled()));
+        Ok(())
+    }
+
+    /// The all-gathered whole of a sharded parameter, in the policy's dtypes.
+    #[track_caller]
+    fn gather(&self) -> Result<Tensor> {
         match &self.shard {
             None => self.tensor.try_clone(),
             Some(s) => {
@@ -127,6 +158,7 @@ impl Param {
                 rows: s.rows,
                 policy: s.policy,
             }),
+            prefetched: RefCell::new(None),
         })
     }
 

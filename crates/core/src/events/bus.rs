@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use smallvec::SmallVec;
 
 use super::clock::Clock;
+use super::device_clock::CoreClock;
 use super::event::{Event, EventKind};
 use crate::device::CoreId;
 
@@ -29,35 +30,35 @@ struct Recorder {
     // (no allocation) only when there are subscribers and calls them unlocked, so a
     // subscriber may itself subscribe or read the bus.
     subscribers: Arc<[Subscriber]>,
-    /// Per core (by index), the modeled device time of every op and collective published
-    /// on it, microseconds: the cores' device clocks.
-    device_us: Vec<f64>,
-    /// Per core, the part of `device_us` spent in collectives.
-    collective_us: Vec<f64>,
+    /// Per core (by index), the modeled device clock of the ops and collectives published
+    /// on it.
+    clocks: Vec<CoreClock>,
 }
 
 impl Recorder {
-    /// `kind` as the next event in the stream.
-    fn stamp(&mut self, core: CoreId, ts_us: f64, kind: EventKind) -> Event {
+    /// `kind` as the next event in the stream, on `core`'s device clock (an op waiting for
+    /// inputs ready at `ready_us`), and when a collective's output is ready (0 otherwise).
+    fn stamp(&mut self, core: CoreId, ts_us: f64, ready_us: f64, kind: EventKind) -> (Event, f64) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        let mut ready = 0.0;
         if let Some(us) = kind.modeled_us() {
             let i = core.0 as usize;
-            if self.device_us.len() <= i {
-                self.device_us.resize(i + 1, 0.0);
-                self.collective_us.resize(i + 1, 0.0);
+            if self.clocks.len() <= i {
+                self.clocks.resize(i + 1, CoreClock::default());
             }
-            self.device_us[i] += us;
-            if matches!(kind, EventKind::Collective(_)) {
-                self.collective_us[i] += us;
+            match kind {
+                EventKind::Collective(_) => ready = self.clocks[i].collective(us),
+                _ => self.clocks[i].op(ready_us, us),
             }
         }
-        Event {
+        let event = Event {
             seq,
             ts_us,
             core,
             kind,
-        }
+        };
+        (event, ready)
     }
 
     fn push(&mut self, event: Event) {
@@ -71,11 +72,6 @@ impl Recorder {
         }
         self.events.push_back(event);
     }
-}
-
-/// `core`'s entry of a per-core clock (0 for a core nothing ran on).
-fn of_core(clock: &[f64], core: CoreId) -> f64 {
-    clock.get(core.0 as usize).copied().unwrap_or(0.0)
 }
 
 /// The runtime's one event stream. Thread-safe; shared as `Arc<EventBus>`.
@@ -100,8 +96,7 @@ impl EventBus {
                 next_seq: 0,
                 dropped: 0,
                 subscribers: Arc::new([]),
-                device_us: Vec::new(),
-                collective_us: Vec::new(),
+                clocks: Vec::new(),
             }),
         }
     }
@@ -133,20 +128,37 @@ impl EventBus {
         start_us: f64,
         kinds: impl IntoIterator<Item = EventKind>,
     ) -> u64 {
+        self.publish_all_after(core, start_us, 0.0, kinds).0
+    }
+
+    /// [`EventBus::publish_all_at`] for an op whose inputs are ready at `ready_us` on the
+    /// core's device clock (a collective's output; see [`super::device_clock`]): the op waits
+    /// for them. Returns the first event's `seq`, and when the last collective among the
+    /// events has its output ready on the device clock (0 without one).
+    pub fn publish_all_after(
+        &self,
+        core: CoreId,
+        start_us: f64,
+        ready_us: f64,
+        kinds: impl IntoIterator<Item = EventKind>,
+    ) -> (u64, f64) {
         let mut recorder = self.recorder();
         let first = recorder.next_seq;
+        let mut ready = 0.0;
         if recorder.subscribers.is_empty() {
             for kind in kinds {
-                let event = recorder.stamp(core, start_us, kind);
+                let (event, r) = recorder.stamp(core, start_us, ready_us, kind);
+                ready = r.max(ready);
                 recorder.push(event);
             }
-            return first;
+            return (first, ready);
         }
         let subscribers = Arc::clone(&recorder.subscribers);
         let events: SmallVec<[Event; 3]> = kinds
             .into_iter()
             .map(|kind| {
-                let event = recorder.stamp(core, start_us, kind);
+                let (event, r) = recorder.stamp(core, start_us, ready_us, kind);
+                ready = r.max(ready);
                 recorder.push(event.clone());
                 event
             })
@@ -157,7 +169,7 @@ impl EventBus {
                 subscriber(event);
             }
         }
-        first
+        (first, ready)
     }
 
     /// Calls `subscriber` with every event published from now on, for as long as the bus
@@ -188,17 +200,32 @@ impl EventBus {
         self.recorder().next_seq
     }
 
-    /// `core`'s device clock: the modeled device time, in microseconds, of every op (fused
-    /// kernels included) and collective published on it since the bus was created, as their
-    /// events carry it. Kept apart from the recorded events, so it counts events the
-    /// recorder dropped or [`EventBus::clear`] forgot.
+    /// `core`'s device clock, in microseconds since the bus was created: when the ops (fused
+    /// kernels included) and collectives published on it are done, as their events' modeled
+    /// times lay them out with collectives overlapping the compute that does not read them
+    /// ([`super::device_clock`]). Kept apart from the recorded events, so it counts events
+    /// the recorder dropped or [`EventBus::clear`] forgot.
     pub fn device_us(&self, core: CoreId) -> f64 {
-        of_core(&self.recorder().device_us, core)
+        self.clock_of(core).now()
     }
 
-    /// The part of [`EventBus::device_us`] that `core` spent in collectives.
+    /// The modeled time of every collective `core` ran, overlapped with compute or not.
     pub fn collective_us(&self, core: CoreId) -> f64 {
-        of_core(&self.recorder().collective_us, core)
+        self.clock_of(core).collective_us()
+    }
+
+    /// The part of [`EventBus::device_us`] that is communication overlapping no compute:
+    /// the clock less the ops' modeled time.
+    pub fn exposed_collective_us(&self, core: CoreId) -> f64 {
+        self.clock_of(core).exposed_us()
+    }
+
+    fn clock_of(&self, core: CoreId) -> CoreClock {
+        self.recorder()
+            .clocks
+            .get(core.0 as usize)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Forgets the recorded events (numbering continues).
@@ -287,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn each_cores_device_clock_adds_its_ops_and_collectives_modeled_time() {
+    fn each_cores_device_clock_lays_out_its_ops_and_overlaps_collectives() {
         use crate::device::{Bound, ModeledTime};
         use crate::events::{CollectiveEvent, OpEvent, Phase};
         let op = |total_s: f64| {
@@ -320,7 +347,7 @@ mod tests {
         let bus = EventBus::with_capacity(0);
         bus.publish(CoreId(1), op(10e-6));
         bus.publish_all_at(CoreId(1), 0.0, [op(2e-6), log("no device time")]);
-        bus.publish(CoreId(1), collective);
+        bus.publish(CoreId(1), collective.clone());
         bus.publish(CoreId(3), op(1e-6));
         bus.clear();
         assert_eq!(bus.device_us(CoreId(0)), 0.0);
@@ -332,6 +359,20 @@ mod tests {
             "its collective part"
         );
         assert_eq!(bus.collective_us(CoreId(3)), 0.0);
+        assert!((bus.exposed_collective_us(CoreId(1)) - 4.0).abs() < 1e-9);
+
+        // The collective (12..16) overlaps an op that does not read it (12..15); one that
+        // reads it waits for 16.
+        let (_, ready) = bus.publish_all_after(CoreId(2), 0.0, 0.0, [op(12e-6)]);
+        assert_eq!(ready, 0.0, "an op's output is ready when the op is");
+        let (_, ready) = bus.publish_all_after(CoreId(2), 0.0, 0.0, [collective.clone()]);
+        assert!((ready - 16.0).abs() < 1e-9);
+        bus.publish_all_after(CoreId(2), 0.0, 0.0, [op(3e-6)]);
+        assert!((bus.device_us(CoreId(2)) - 16.0).abs() < 1e-9);
+        assert!((bus.exposed_collective_us(CoreId(2)) - 1.0).abs() < 1e-9);
+        bus.publish_all_after(CoreId(2), 0.0, ready, [op(1e-6)]);
+        assert!((bus.device_us(CoreId(2)) - 17.0).abs() < 1e-9);
+        assert!((bus.exposed_collective_us(CoreId(2)) - 1.0).abs() < 1e-9);
     }
 
     #[test]

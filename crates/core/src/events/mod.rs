@@ -6,6 +6,7 @@
 
 mod bus;
 mod clock;
+mod device_clock;
 mod event;
 pub mod fmt;
 mod logs;

@@ -98,6 +98,9 @@ pub struct Work<'a> {
     pub placement: Placement,
     /// The modeled cost.
     pub cost: WorkCost,
+    /// When the inputs are ready on the core's modeled device clock
+    /// ([`Tensor::ready_after`]): the run waits for a collective's output.
+    pub ready_us: f64,
     /// How to compute the outputs.
     pub compute: Compute<'a>,
 }
@@ -136,7 +139,8 @@ impl Runtime {
                 modeled: work.cost.modeled,
                 phase: Phase::current(),
             });
-            self.bus.publish_all_at(core, start_us, allocs.chain([op]));
+            self.bus
+                .publish_all_after(core, start_us, work.ready_us, allocs.chain([op]));
         }
         Ok(outputs)
     }

@@ -21,7 +21,7 @@ use crate::device::topology::{CoreId, Topology};
 use crate::error::{Error, Result};
 use crate::events::EventBus;
 use crate::ops::attrs::{Attrs, ResolvedAttrs};
-use crate::ops::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpId, Registry};
+use crate::ops::registry::{Exec, KernelArgs, MetaArgs, OpDef, OpId, Registry, ViewResult};
 use crate::tensor::grad::{AutogradBytes, AutogradUse};
 use crate::tensor::{checked_numel, Buffer, Layout, Storage, Tensor, TensorMeta};
 
@@ -290,6 +290,15 @@ impl Runtime {
                 Compute::Buffers(&kernel)
             }
         };
+        // A view shares its input's storage, and with it when the storage is ready: it does
+        // not wait for a collective's output, the first op that reads the elements does.
+        let ready_us = match &compute {
+            Compute::View {
+                view: ViewResult::View(_),
+                ..
+            } => 0.0,
+            _ => Tensor::ready_after(inputs),
+        };
         let outputs = self.dispatch(Work {
             name: Cow::Borrowed(def.name),
             operands: &|ins| operands(def, ins),
@@ -297,6 +306,7 @@ impl Runtime {
             outputs: out_metas,
             placement: Placement::Core(core),
             cost,
+            ready_us,
             compute,
         })?;
         autograd::record(self, def, &resolved, inputs, outputs)

@@ -204,6 +204,23 @@ impl Tensor {
         Arc::as_ptr(&self.storage) as usize
     }
 
+    /// When this tensor's elements are ready on its core's modeled device clock (a
+    /// collective's output arrives later than it is issued), microseconds; 0 for at once.
+    pub fn ready_us(&self) -> f64 {
+        self.storage.ready_us()
+    }
+
+    /// Marks this tensor's storage ready at `us` on the modeled device clock.
+    pub fn set_ready_us(&self, us: f64) {
+        self.storage.set_ready_us(us);
+    }
+
+    /// When the last of `inputs` is ready on the modeled device clock: what an op reading
+    /// them waits for.
+    pub fn ready_after(inputs: &[&Tensor]) -> f64 {
+        inputs.iter().map(|t| t.ready_us()).fold(0.0, f64::max)
+    }
+
     /// What this tensor's storage holds, in the per-role memory breakdown.
     pub fn memory_role(&self) -> Role {
         self.storage.role()

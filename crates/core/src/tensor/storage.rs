@@ -1,5 +1,7 @@
 //! [`Storage`]: the buffer behind tensors and the HBM reservation it holds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::device::memory::Allocation;
 use crate::device::role::Role;
 
@@ -10,6 +12,9 @@ use super::element::Buffer;
 #[derive(Debug)]
 pub struct Storage {
     buffer: Buffer,
+    /// When the elements are ready on the core's modeled device clock, as f64 bits: set for
+    /// a collective's output, which arrives while compute goes on; 0 (ready at once) else.
+    ready_us: AtomicU64,
     // Held for its Drop, which returns the bytes to the core's quota.
     allocation: Option<Allocation>,
 }
@@ -17,12 +22,26 @@ pub struct Storage {
 impl Storage {
     /// Wraps a buffer with the reservation that accounts for it.
     pub fn new(buffer: Buffer, allocation: Option<Allocation>) -> Storage {
-        Storage { buffer, allocation }
+        Storage {
+            buffer,
+            ready_us: AtomicU64::new(0),
+            allocation,
+        }
     }
 
     /// The elements.
     pub fn buffer(&self) -> &Buffer {
         &self.buffer
+    }
+
+    /// When the elements are ready on the modeled device clock, microseconds.
+    pub fn ready_us(&self) -> f64 {
+        f64::from_bits(self.ready_us.load(Ordering::Relaxed))
+    }
+
+    /// Marks the elements ready at `us` on the modeled device clock.
+    pub fn set_ready_us(&self, us: f64) {
+        self.ready_us.store(us.to_bits(), Ordering::Relaxed);
     }
 
     /// What the storage's bytes hold (`Other` for a storage nothing accounts).

@@ -48,8 +48,10 @@ pub struct GuestState {
     pub(crate) started: Instant,
     /// The core's device clock (`EventBus::device_us`) when the instance started.
     pub(crate) device_started_us: f64,
-    /// The collective part of that clock (`EventBus::collective_us`) then.
+    /// The collectives' modeled time on the core (`EventBus::collective_us`) then.
     pub(crate) collective_started_us: f64,
+    /// The exposed part of the clock (`EventBus::exposed_collective_us`) then.
+    pub(crate) exposed_started_us: f64,
     /// The guest's exported memory, found on the first access (a lookup by name costs more
     /// than a small op).
     memory: Option<wasmtime::Memory>,
@@ -80,6 +82,7 @@ impl GuestState {
         let runtime = comm.runtime().clone();
         let device_started_us = runtime.bus().device_us(comm.core());
         let collective_started_us = runtime.bus().collective_us(comm.core());
+        let exposed_started_us = runtime.bus().exposed_collective_us(comm.core());
         GuestState {
             runtime,
             core: comm.core(),
@@ -98,6 +101,7 @@ impl GuestState {
             reported: None,
             started: Instant::now(),
             device_started_us,
+            exposed_started_us,
             collective_started_us,
             memory: None,
         }

@@ -111,6 +111,12 @@ pub(crate) const SYS: &[Import] = imports! { Sys;
         status64(&mut c, r)
     }
     #[since(1, 10)]
+    fn collective_exposed_ns(c) -> i64 {
+        let state = c.data();
+        let us = state.runtime.bus().exposed_collective_us(state.core) - state.exposed_started_us;
+        (us * 1e3).round().max(0.0) as i64
+    }
+    #[since(1, 10)]
     fn memory_at_peak(c, role: i32) -> i64 {
         let r = super::tensor::memory_role(role).and_then(|role| {
             let state = c.data();
