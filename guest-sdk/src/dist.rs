@@ -324,13 +324,15 @@ pub mod region {
     /// gradient (FSDP's unsharding of a parameter, each rank on its own data).
     #[track_caller]
     pub fn unshard(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
-        unshard_as(x, dim, group, None, None)
+        unshard_as(x, dim, group, None, None, false)
     }
 
     /// [`unshard`] under a mixed-precision policy (FSDP2's `MixedPrecisionPolicy`): the shard
     /// is cast to `param_dtype` and gathered in it, and the gradient is reduce-scattered in
     /// `reduce_dtype` (default: the gradient's own, `param_dtype`), then cast to the shard's
-    /// dtype, so an f32 shard gets an f32 gradient.
+    /// dtype, so an f32 shard gets an f32 gradient. With `reshard_after_forward` (FSDP2's,
+    /// ABI 1.10) the ops that save the result for backward keep a recipe instead, and
+    /// backward all-gathers it again: the whole parameter lives only while forward uses it.
     #[track_caller]
     pub fn unshard_as(
         x: &Tensor,
@@ -338,11 +340,13 @@ pub mod region {
         group: &Group,
         param_dtype: Option<DType>,
         reduce_dtype: Option<DType>,
+        reshard_after_forward: bool,
     ) -> Result<Tensor> {
         let mut attrs = Attrs::new()
             .int("dim", dim_attr(dim))
             .str("backward", "reduce_scatter")
-            .str("backward_op", "avg");
+            .str("backward_op", "avg")
+            .int("reshard_after_forward", i64::from(reshard_after_forward));
         if let Some(d) = param_dtype {
             attrs = attrs.dtype("dtype", d);
         }

@@ -120,7 +120,9 @@ def test_one_steps_collectives_are_megatrons_and_fsdps_with_ring_costs(tp_model)
     chips): per rank, Megatron's all-reduces of [batch, seq, hidden] activations (the
     vocabulary-parallel embedding and two per layer forward; two per layer and the LM head's
     input backward), the LM head's logits all-gathered, one FSDP all-gather per parameter use
-    and its reduce-scatter in backward, and the loss averaged; each modeled time is the ring
+    in forward and, as FSDP2 reshards the decoder layers after forward, one more for each
+    layer parameter in backward (the root's embedding, final norm and LM head stay gathered),
+    a reduce-scatter per parameter in backward, and the loss averaged; each modeled time is the ring
     formula of its bytes over its slowest link (on-chip for TP, NeuronLink for FSDP). At
     these sizes the ring's step latency dominates the bandwidth term."""
     root, c, ids, _ = tp_model
@@ -154,7 +156,8 @@ def test_one_steps_collectives_are_megatrons_and_fsdps_with_ring_costs(tp_model)
     assert by_kind[("all_reduce", "tp")] == [activation] * (4 * layers + 2), by_kind
     # Events count each rank's input bytes; an all-gather's ring moves its output.
     assert by_kind[("all_gather", "tp")] == [batch * seq * vocab // tp * 4]
-    assert sorted(by_kind[("all_gather", "fsdp")]) == sorted(p // fsdp for p in padded)
+    gathered = padded + padded[: 9 * layers]
+    assert sorted(by_kind[("all_gather", "fsdp")]) == sorted(p // fsdp for p in gathered)
     assert sorted(by_kind[("reduce_scatter", "fsdp")]) == sorted(padded)
     assert by_kind[("all_reduce", "fsdp")] == [4]  # the loss, averaged for printing
 

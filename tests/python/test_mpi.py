@@ -74,12 +74,15 @@ def test_the_summary_and_trace_cover_every_process():
     assert collectives(spread.stderr) == collectives(one.stderr), spread.stderr
     assert "32 cores" in spread.stderr, spread.stderr
 
-    def modeled_cores(trace: Path) -> set[int]:
+    def modeled_tracks(trace: Path) -> set[int]:
         events = json.loads(trace.read_text())
         events = events["traceEvents"] if isinstance(events, dict) else events
         return {e["tid"] for e in events if e.get("ph") == "X" and e.get("pid") == 2}
 
-    assert modeled_cores(trace_dir / "spread.json") == modeled_cores(trace_dir / "one.json") == set(range(32))
+    # Each core's device track, and its collectives' track beside it (tid 2^20 + core).
+    tracks = modeled_tracks(trace_dir / "spread.json")
+    assert tracks == modeled_tracks(trace_dir / "one.json")
+    assert tracks == set(range(32)) | {(1 << 20) + core for core in range(32)}, tracks
 
 
 def test_every_rank_shows_across_processes():

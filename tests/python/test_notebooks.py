@@ -216,6 +216,10 @@ def test_06_fine_tuning_on_a_mesh():
     events = text(cells[2])
     assert "(mesh dim tp)" in events or "(mesh dim fsdp)" in events, events
     assert_timeline_svg(cells[3], "neuron:7")
+    # Each core's collectives have a row beside its compute, where the clock ran them.
+    [timeline] = [o.data for o in cells[3].outputs if "image/svg+xml" in o.get("data", {})]
+    assert "neuron:7 collectives" in timeline["image/svg+xml"], timeline["text/plain"]
+    assert re.search(r"^neuron:0 collectives \|.*[A-H.].*\| ", timeline["text/plain"], re.M), timeline
 
     wrapped, none = text(cells[4]), text(cells[5])
     assert "batch shapes: [2, 128]" in wrapped and "sft_step: 6 calls, 1 compile(s)" in wrapped, wrapped

@@ -247,21 +247,46 @@ def peak_table(stdout: str) -> dict[int, dict[str, int]]:
 def test_each_cores_peak_by_role_is_the_hosts_accounting():
     """The host counts every byte of a core under one role. At FSDP 8 each core's peak holds
     an eighth of the parameters and of AdamW's moments (their whole 0-d step counts and
-    learning rate aside, as the state table's test states), and all of the parameters
-    again as collective buffers: the all-gathered copies live until backward, as FSDP2
-    without reshard_after_forward keeps them; and the activations saved for backward. The
-    roles sum to the peak."""
+    learning rate aside, as the state table's test states), the activations saved for
+    backward, and the all-gathered parameters as collective buffers. The roles sum to the
+    peak.
+
+    With FSDP2's reshard_after_forward (the default) a decoder layer's gathered parameters
+    are freed after its forward and gathered again for its backward, one parameter ahead of
+    the walk, so a core's gathered parameters at its peak are at most the root's (embedding,
+    LM head, final norm: 2 x 16 x 64 + 64 f32, never resharded) and one decoder layer's
+    (4 x 64 x 64 + 3 x 64 x 128 + 2 x 64 f32). Without it every gathered copy lives until
+    backward: all of the parameters. Either way the losses are the same bits, and resharding
+    costs one more all-gather per decoder-layer parameter (9 per layer, 2 layers) per step
+    on each of the 8 ranks."""
     args = ["--steps", "2", "--batch", "8", "--packing", "none"]
     one_out = sft(*args)
-    eight_out = sft(*args, "--fsdp", "8", nproc=8)
-    one, eight = peak_table(one_out), peak_table(eight_out)
-    assert list(one) == [0] and sorted(eight) == list(range(8)), eight_out
+    eight_run = sft_run(*args, "--fsdp", "8", nproc=8)
+    kept_run = sft_run(*args, "--fsdp", "8", "--reshard-after-forward", "false", nproc=8)
+    assert eight_run.returncode == kept_run.returncode == 0, eight_run.stderr + kept_run.stderr
+    eight_out, kept_out = eight_run.stdout, kept_run.stdout
+    one, eight, kept = peak_table(one_out), peak_table(eight_out), peak_table(kept_out)
+    assert list(one) == [0] and sorted(eight) == sorted(kept) == list(range(8)), eight_out
     params, _, state = state_table(one_out)[0]
     assert one[0]["parameters"] == params and one[0]["optimizer state"] == state, one_out
     scalars = 8 * (2 * 9 + 3 + 1)
-    for core, row in eight.items():
-        assert sum(v for k, v in row.items() if k != "peak") == row["peak"], row
-        assert row["parameters"] == params // 8, (core, row)
-        assert row["optimizer state"] == (state - scalars) // 8 + scalars, (core, row)
-        assert row["collective buffers"] >= params, (core, row)
-        assert row["activations"] > 0, (core, row)
+    root = 4 * (2 * 16 * 64 + 64)
+    layer = 4 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64)
+    assert params == root + 2 * layer, (params, root, layer)
+    for core in range(8):
+        for table in (eight, kept):
+            row = table[core]
+            assert sum(v for k, v in row.items() if k != "peak") == row["peak"], row
+            assert row["parameters"] == params // 8, (core, row)
+            assert row["optimizer state"] == (state - scalars) // 8 + scalars, (core, row)
+            assert row["activations"] > 0, (core, row)
+        assert eight[core]["collective buffers"] <= root + layer, (core, eight[core])
+        assert kept[core]["collective buffers"] >= params, (core, kept[core])
+    assert losses(eight_out) == losses(kept_out), (eight_out, kept_out)
+
+    def collectives(r) -> int:
+        summary = re.search(r"^-- collectives (\d+)", r.stdout + r.stderr, re.M)
+        assert summary, r.stdout + r.stderr
+        return int(summary.group(1))
+
+    assert collectives(eight_run) - collectives(kept_run) == 2 * 9 * 2 * 8

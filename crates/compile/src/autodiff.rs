@@ -163,6 +163,7 @@ impl Tape {
                 output_metas: node.outputs.iter().map(|&v| tracer.meta(v)).collect(),
                 inputs: saved(&node.inputs, saves.inputs),
                 outputs: saved(&node.outputs, saves.outputs),
+                packed: Vec::new(),
                 core: CoreId(0),
             };
             let out_grads = node

@@ -2,6 +2,10 @@
 //! grad mode, events tagged backward, and each refusal as a clear error. Gradients of every
 //! op against JAX are in tests/python/test_grad_jax.py.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use neuronlab_core::autograd::rematerialize::Rematerialize;
 use neuronlab_core::autograd::{self, backward, grad, no_grad, requires_grad};
 use neuronlab_core::device::topology::Topology;
 use neuronlab_core::events::{EventKind, Phase};
@@ -239,4 +243,63 @@ fn an_in_place_update_keeps_the_leaf_and_refuses_a_new_shape() {
     assert_eq!(values(&updated.leaf().unwrap().grad().unwrap()), [2.0, 4.0]);
     let msg = autograd_error(autograd::replace_data(&w, &f32s(&rt, &[1.0; 3], &[3])));
     assert!(msg.contains("keep the tensor's shape"), "{msg}");
+}
+
+/// Makes a tensor again from its values, counting the calls: what an all-gather recipe does
+/// for FSDP's reshard after forward, without the collective.
+struct Remake {
+    values: Vec<f32>,
+    shape: Vec<usize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Rematerialize for Remake {
+    fn rematerialize(&self, rt: &Runtime) -> Result<Tensor, Error> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        rt.tensor(Buffer::F32(self.values.clone()), &self.shape)
+    }
+}
+
+#[test]
+fn a_saved_view_of_a_storage_with_a_recipe_is_made_again_for_backward_not_kept() {
+    let rt = rt();
+    let core = rt.default_device();
+    let xv: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
+    let wv: Vec<f32> = (0..128).map(|i| i as f32 * 0.25 - 3.0).collect();
+    // x [4, 8] times the first 8 rows of w [16, 8] (a view, as FSDP cuts its padding off).
+    let run = |packed: bool| {
+        let x = leaf(&rt, &xv, &[4, 8]);
+        let whole = leaf(&rt, &wv, &[16, 8]);
+        let calls = Arc::new(AtomicUsize::new(0));
+        if packed {
+            whole.set_rematerialize(Arc::new(Remake {
+                values: wv.clone(),
+                shape: vec![16, 8],
+                calls: calls.clone(),
+            }));
+        }
+        let attrs = Attrs::new()
+            .with("dim", 0i64)
+            .with("start", 0i64)
+            .with("length", 8i64);
+        let w = rt.call1("narrow", &[&whole], &attrs).unwrap();
+        let loss = sum(&rt, &call(&rt, "matmul", &[&x, &w]));
+        let saved = rt.autograd_use(core).unwrap().saved;
+        backward(&rt, &[loss], &[None], false).unwrap();
+        let grad = |t: &Tensor| values(&t.leaf().unwrap().grad().unwrap());
+        (grad(&x), grad(&whole), saved, calls.load(Ordering::Relaxed))
+    };
+    let (gx, gw, saved, calls) = run(false);
+    assert_eq!(
+        (saved, calls),
+        (32 * 4 + 128 * 4, 0),
+        "x and the whole of w kept"
+    );
+    let (px, pw, packed_saved, packed_calls) = run(true);
+    assert_eq!(packed_saved, 32 * 4, "only x kept: w is a recipe");
+    assert_eq!(
+        packed_calls, 1,
+        "made again once, when backward reached the matmul"
+    );
+    assert_eq!((px, pw), (gx, gw), "the same gradients, bit for bit");
 }

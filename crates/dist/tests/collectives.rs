@@ -432,15 +432,17 @@ fn subgroups_fold_in_their_own_ring_order_and_emit_events_per_rank() {
         assert!(ar.modeled_us > 0.0 && ar.host_us >= 0.0);
     }
     // In the Chrome trace, each rank's collectives are slices on its own track, measured on the
-    // host (pid 1) and modeled on the device (pid 2).
+    // host (pid 1), and modeled on the device (pid 2) on the track of the rank's collectives
+    // (2^20 + rank), beside its compute.
     let trace = chrome_trace(&events);
     for pid in [1, 2] {
         for rank in 0..8u64 {
+            let tid = if pid == 1 { rank } else { (1 << 20) + rank };
             let slices: Vec<&str> = trace["traceEvents"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter(|e| e["cat"] == "collective" && e["pid"] == pid && e["tid"] == rank)
+                .filter(|e| e["cat"] == "collective" && e["pid"] == pid && e["tid"] == tid)
                 .map(|e| e["name"].as_str().unwrap())
                 .collect();
             assert_eq!(slices, ["all_reduce", "barrier"], "pid {pid}, rank {rank}");

@@ -11,13 +11,14 @@
 //! column-parallel one), `split` and `all_gather`.
 
 use neuronlab_core::autograd::derivatives::OpCalls;
+use neuronlab_core::autograd::rematerialize::Rematerialize;
 use neuronlab_core::autograd::{record_function, BackwardFn};
 use neuronlab_core::ops::attrs::Attrs;
 use neuronlab_core::runtime::Runtime;
 use neuronlab_core::tensor::{DType, Tensor};
 use neuronlab_core::{Error, Result};
 use neuronlab_dist::{ProcessGroup, RankComm, ReduceOp};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The backwards the `backward` attribute names, in ABI.md's order.
 pub(crate) const BACKWARDS: &[&str] = &[
@@ -150,6 +151,46 @@ pub(crate) fn record(
     });
     let name = collective_name(call.op);
     Ok(record_function(rt, name, &[input], vec![output], backward)?.swap_remove(0))
+}
+
+/// Marks `gathered`, the all-gather of `shard` (cast to `dtype`), to be gathered again for
+/// backward instead of kept saved (FSDP's `reshard_after_forward`): the ops that save it keep
+/// this recipe, so the whole parameter is freed once forward is done with it and comes back
+/// as an all-gather when backward reaches the first op that reads it.
+pub(crate) fn regather_for_backward(
+    comm: &RankComm,
+    group: &Arc<ProcessGroup>,
+    call: &Call,
+    shard: &Tensor,
+    dtype: Option<DType>,
+    gathered: &Tensor,
+) {
+    gathered.set_rematerialize(Arc::new(Regather {
+        comm: Mutex::new(comm.clone()),
+        group: group.clone(),
+        shard: shard.detach(),
+        dtype,
+        dim: call.dim,
+    }));
+}
+
+/// The recipe [`regather_for_backward`] attaches.
+struct Regather {
+    comm: Mutex<RankComm>,
+    group: Arc<ProcessGroup>,
+    /// The shard as forward gathered it (a parameter's data, which the optimizer replaces
+    /// only after backward).
+    shard: Tensor,
+    dtype: Option<DType>,
+    dim: usize,
+}
+
+impl Rematerialize for Regather {
+    fn rematerialize(&self, rt: &Runtime) -> Result<Tensor> {
+        let moved = cast_to(rt, &self.shard, self.dtype)?;
+        let mut comm = self.comm.lock().unwrap_or_else(PoisonError::into_inner);
+        comm.all_gather(&self.group, &moved, self.dim)
+    }
 }
 
 /// `t` outside the graph, cast to `dtype` when one is given and differs (the `dtype` and

@@ -45,7 +45,7 @@ pub use cache::{CacheKind, KvCache};
 pub use generate::{GenerationConfig, GenerationOutput, Generator, Sampler};
 pub use layers::{Embedding, LayerNorm, Linear, Mlp, Parallel, RmsNorm};
 pub use llama::{DecoderLayer, LlamaConfig, LlamaForCausalLM, LlamaModel, RopeScaling};
-pub use param::{MixedPrecisionPolicy, Param};
+pub use param::{FullyShardOptions, MixedPrecisionPolicy, Param};
 pub use rotary::RotaryEmbedding;
 pub use state_dict::StateDict;
 

@@ -12,16 +12,17 @@
 //! - [`full_state_dict`]: every parameter gathered whole under its Hugging Face name, the
 //!   consolidated checkpoint `save_pretrained` writes.
 //!
-//! Sharded training runs eagerly: collectives are graph breaks under `compile`. The
-//! unsharded parameters a layer used stay alive as long as its backward needs them (they are
-//! saved like any activation): FSDP's reshard-after-forward, which frees them and gathers
-//! them again for backward, is not modeled.
+//! Sharded training runs eagerly: collectives are graph breaks under `compile`. By default
+//! (FSDP2's `reshard_after_forward=True`) a decoder layer's gathered parameters are freed
+//! once its forward is done and gathered again when backward reaches them; the root's
+//! (embedding, final norm, LM head) stay gathered from forward to backward, as FSDP2 does for
+//! the root, whose parameters backward needs first.
 
 use std::rc::Rc;
 
 use super::layers::{Linear, Parallel};
 use super::llama::LlamaForCausalLM;
-use super::param::MixedPrecisionPolicy;
+use super::param::FullyShardOptions;
 use super::Module;
 use crate::dist::Group;
 use crate::error::{Error, ErrorKind, Result};
@@ -111,25 +112,26 @@ pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
 
 /// Shards every parameter of `model` on dim 0 over `fsdp` (FSDP2's `fully_shard` on each
 /// decoder layer and the root): each rank keeps its padded chunk as a new leaf (build
-/// optimizers after this). Tied embeddings stay one parameter. As
-/// [`fully_shard_with`] with the default policy: gathered and reduced in the parameters'
-/// own dtype.
+/// optimizers after this). Tied embeddings stay one parameter. As [`fully_shard_with`] with
+/// the default options: gathered and reduced in the parameters' own dtype, decoder layers
+/// resharded after forward.
 #[track_caller]
 pub fn fully_shard(model: &mut LlamaForCausalLM, fsdp: &Rc<Group>) -> Result<()> {
-    fully_shard_with(model, fsdp, MixedPrecisionPolicy::default())
+    fully_shard_with(model, fsdp, FullyShardOptions::default())
 }
 
-/// [`fully_shard`] with a mixed-precision policy (torch: `fully_shard(..., mp_policy=...)`):
-/// with `param_dtype` bf16 each forward gathers bf16 parameters and computes in bf16, and
-/// with `reduce_dtype` f32 the gradients are reduce-scattered in f32 into the f32 shards the
-/// optimizer steps.
+/// [`fully_shard`] with FSDP2's options (torch: `fully_shard(..., mp_policy=...,
+/// reshard_after_forward=...)`): with `param_dtype` bf16 each forward gathers bf16 parameters
+/// and computes in bf16, and with `reduce_dtype` f32 the gradients are reduce-scattered in
+/// f32 into the f32 shards the optimizer steps. `reshard_after_forward` applies to the
+/// decoder layers; the root's parameters are never resharded after forward.
 #[track_caller]
 pub fn fully_shard_with(
     model: &mut LlamaForCausalLM,
     fsdp: &Rc<Group>,
-    policy: MixedPrecisionPolicy,
+    options: FullyShardOptions,
 ) -> Result<()> {
-    let shard = |p: &mut super::Param| p.shard(fsdp, policy);
+    let shard = |p: &mut super::Param| p.shard(fsdp, options);
     for layer in &mut model.model.layers {
         let attn = &mut layer.self_attn;
         for proj in [
@@ -153,6 +155,11 @@ pub fn fully_shard_with(
         shard(&mut layer.input_layernorm.weight)?;
         shard(&mut layer.post_attention_layernorm.weight)?;
     }
+    let root = FullyShardOptions {
+        reshard_after_forward: false,
+        ..options
+    };
+    let shard = |p: &mut super::Param| p.shard(fsdp, root);
     shard(&mut model.model.embed_tokens.weight)?;
     shard(&mut model.model.norm.weight)?;
     if model.config.tie_word_embeddings {

@@ -5,7 +5,8 @@
 //! data-parallel group, padded to the largest chunk so every rank's shard has one shape.
 //! `value` all-gathers the shards and cuts the padding off; the all-gather's backward is a
 //! reduce-scatter (averaged over the group: the mean of the ranks' losses), so the leaf's
-//! gradient is this rank's shard of the whole gradient.
+//! gradient is this rank's shard of the whole gradient. With `reshard_after_forward` the
+//! whole parameter is not kept for backward: backward all-gathers it again.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -33,12 +34,34 @@ struct Split {
     dim: usize,
 }
 
-/// An FSDP shard: the group, the whole parameter's dim 0, and the mixed-precision policy
-/// its all-gather and reduce-scatter follow.
+/// An FSDP shard: the group, the whole parameter's dim 0, and the options its all-gather
+/// and reduce-scatter follow.
 struct Shard {
     group: Rc<Group>,
     rows: i64,
-    policy: MixedPrecisionPolicy,
+    options: FullyShardOptions,
+}
+
+/// How FSDP shards a parameter (torch: `fully_shard`'s keyword arguments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FullyShardOptions {
+    /// The dtypes it is gathered and its gradient reduced in (torch: `mp_policy`).
+    pub mp_policy: MixedPrecisionPolicy,
+    /// Free the gathered parameter after forward and gather it again for backward (torch:
+    /// `reshard_after_forward`, true by default): the ops that saved it for backward keep a
+    /// recipe for the all-gather instead of the whole parameter, so between forward and
+    /// backward each rank holds only its shard. False keeps it from forward to backward and
+    /// saves the second all-gather.
+    pub reshard_after_forward: bool,
+}
+
+impl Default for FullyShardOptions {
+    fn default() -> FullyShardOptions {
+        FullyShardOptions {
+            mp_policy: MixedPrecisionPolicy::default(),
+            reshard_after_forward: true,
+        }
+    }
 }
 
 /// FSDP2's `MixedPrecisionPolicy`: the dtype parameters are gathered and computed in, and
@@ -102,13 +125,14 @@ impl Param {
         match &self.shard {
             None => self.tensor.try_clone(),
             Some(s) => {
-                let p = s.policy;
+                let p = s.options.mp_policy;
                 let gathered = dist::region::unshard_as(
                     &self.tensor,
                     0,
                     &s.group,
                     p.param_dtype,
                     p.reduce_dtype,
+                    s.options.reshard_after_forward,
                 )?;
                 gathered.narrow(0, 0, s.rows)
             }
@@ -156,7 +180,7 @@ impl Param {
             shard: self.shard.as_ref().map(|s| Shard {
                 group: s.group.clone(),
                 rows: s.rows,
-                policy: s.policy,
+                options: s.options,
             }),
             prefetched: RefCell::new(None),
         })
@@ -193,7 +217,7 @@ impl Param {
     /// its chunk, padded to the largest chunk, as a new leaf that requires grad; `policy`
     /// sets the dtypes of its all-gather and gradient reduce-scatter.
     #[track_caller]
-    pub(crate) fn shard(&mut self, group: &Rc<Group>, policy: MixedPrecisionPolicy) -> Result<()> {
+    pub(crate) fn shard(&mut self, group: &Rc<Group>, options: FullyShardOptions) -> Result<()> {
         if self.shard.is_some() {
             return Err(Error::new(
                 ErrorKind::Invalid,
@@ -224,7 +248,7 @@ impl Param {
         self.shard = Some(Shard {
             group: group.clone(),
             rows,
-            policy,
+            options,
         });
         Ok(())
     }

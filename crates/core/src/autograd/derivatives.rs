@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::rematerialize::{Packed, Slot};
 use crate::device::topology::CoreId;
 use crate::error::{Error, Result};
 use crate::ops::attrs::{Attrs, ResolvedAttrs};
@@ -89,8 +90,40 @@ pub struct OpBackward {
     pub inputs: Vec<Option<Tensor>>,
     /// The outputs the formula reads, `None` for the others.
     pub outputs: Vec<Option<Tensor>>,
+    /// The saved inputs and outputs kept as recipes instead (their slots above are `None`):
+    /// [`OpBackward::unpacked`] makes them again.
+    pub packed: Vec<Packed>,
     /// Where creation ops of the formula put their results.
     pub core: CoreId,
+}
+
+impl OpBackward {
+    /// This state with its packed saves made again, `None` when it has none: what the
+    /// formula reads, for the one backward about to run (the copy, and with it the
+    /// rematerialized tensors, is dropped after it).
+    pub fn unpacked(&self, rt: &crate::runtime::Runtime) -> Result<Option<OpBackward>> {
+        if self.packed.is_empty() {
+            return Ok(None);
+        }
+        let (mut inputs, mut outputs) = (self.inputs.clone(), self.outputs.clone());
+        for p in &self.packed {
+            let t = p.unpack(rt)?;
+            match p.slot() {
+                Slot::Input(i) => inputs[i] = Some(t),
+                Slot::Output(i) => outputs[i] = Some(t),
+            }
+        }
+        Ok(Some(OpBackward {
+            vjp: self.vjp,
+            attrs: self.attrs.clone(),
+            input_metas: self.input_metas.clone(),
+            output_metas: self.output_metas.clone(),
+            inputs,
+            outputs,
+            packed: Vec::new(),
+            core: self.core,
+        }))
+    }
 }
 
 /// The gradients of one op application's inputs from its outputs' (`out_grads`, one per

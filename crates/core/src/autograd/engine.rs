@@ -135,8 +135,9 @@ fn walk(
         }
     }
     let nodes = reachable(roots_nodes);
+    let mut unpacker = Unpacker::new(&nodes);
     let mut captured = HashMap::new();
-    for node in &nodes {
+    for (i, node) in nodes.iter().enumerate() {
         let ptr = Arc::as_ptr(node) as usize;
         let state = node.state();
         let Some(state) = state.as_ref() else {
@@ -175,7 +176,11 @@ fn walk(
         }
         let needs: Vec<bool> = node.next.iter().map(Option::is_some).collect();
         let in_grads = match kind {
-            Backward::Op(op) => derivatives::input_grads(rt, node.name, op, &out_grads, &needs)?,
+            Backward::Op(op) => {
+                let unpacked = unpacker.take(rt, &nodes, i, op)?;
+                let op = unpacked.as_ref().unwrap_or(op);
+                derivatives::input_grads(rt, node.name, op, &out_grads, &needs)?
+            }
             Backward::Function(f) => f.input_grads(rt, node.name, &out_grads, &needs)?,
         };
         for (edge, g) in node.next.iter().zip(in_grads) {
@@ -246,6 +251,74 @@ fn deliver(
         }
     }
     Ok(())
+}
+
+/// Makes the packed saves of the nodes that have them again ([`OpBackward::unpacked`]), one
+/// such node ahead of the walk: as FSDP2's backward prefetch, the all-gather of the next
+/// parameter backward reads is issued before this node's formula runs, so it overlaps that
+/// compute on the modeled clock, and at most one node's rematerialized tensors wait ahead.
+/// Every rank walks the same nodes in the same order, so the all-gathers meet.
+struct Unpacker {
+    /// The walk's indices of the nodes with packed saves, in order.
+    packing: Vec<usize>,
+    /// How many of `packing` were started.
+    started: usize,
+    /// The node started ahead, by walk index, with its state unpacked.
+    ahead: Option<(usize, OpBackward)>,
+}
+
+impl Unpacker {
+    fn new(nodes: &[Arc<Node>]) -> Unpacker {
+        let packing = (nodes.iter().enumerate())
+            .filter(|(_, n)| {
+                n.state()
+                    .as_ref()
+                    .and_then(|s| s.downcast_ref::<OpBackward>())
+                    .is_some_and(|op| !op.packed.is_empty())
+            })
+            .map(|(i, _)| i)
+            .collect();
+        Unpacker {
+            packing,
+            started: 0,
+            ahead: None,
+        }
+    }
+
+    /// Node `i`'s state `op` unpacked (`None` when it packs nothing), after starting the next
+    /// node that packs.
+    fn take(
+        &mut self,
+        rt: &Runtime,
+        nodes: &[Arc<Node>],
+        i: usize,
+        op: &OpBackward,
+    ) -> Result<Option<OpBackward>> {
+        let mine = match self.ahead.take() {
+            Some((j, state)) if j == i => Some(state),
+            // Started for a node still ahead: keep it.
+            Some((j, state)) if j > i => {
+                self.ahead = Some((j, state));
+                op.unpacked(rt)?
+            }
+            // Started for a node the walk skipped (no gradient reached it): drop it.
+            _ => op.unpacked(rt)?,
+        };
+        while self.packing.get(self.started).is_some_and(|&j| j <= i) {
+            self.started += 1;
+        }
+        if self.ahead.is_none() {
+            if let Some(&j) = self.packing.get(self.started) {
+                self.started += 1;
+                let state = nodes[j].state();
+                let next = state.as_ref().and_then(|s| s.downcast_ref::<OpBackward>());
+                if let Some(unpacked) = next.map(|op| op.unpacked(rt)).transpose()?.flatten() {
+                    self.ahead = Some((j, unpacked));
+                }
+            }
+        }
+        Ok(mine)
+    }
 }
 
 /// A node's backward: a registry op's formula, or a recorded function's.

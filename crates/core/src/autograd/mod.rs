@@ -13,6 +13,10 @@
 //!   reverse creation order, reduce broadcast gradients back to each input's shape, accumulate
 //!   leaves' `.grad`, and free saved tensors unless asked to retain the graph.
 //!
+//! - Rematerialized saves ([`rematerialize`]): a saved tensor whose storage carries a recipe
+//!   is kept as the recipe and made again when backward reaches its node (FSDP's reshard
+//!   after forward).
+//!
 //! Grad mode is per thread, as torch's: [`no_grad`] turns recording off around a closure.
 //! Ops that backward runs are tagged [`Phase::Backward`](crate::events::Phase) in their events.
 //!
@@ -23,6 +27,7 @@ pub mod engine;
 pub mod errors;
 pub mod function;
 mod record;
+pub mod rematerialize;
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::derivatives::{self, Derivative, OpBackward};
 use super::is_grad_enabled;
+use super::rematerialize::{Packed, Slot};
 use crate::device::role::Role;
 use crate::error::Result;
 use crate::ops::attrs::ResolvedAttrs;
@@ -34,13 +35,19 @@ pub(crate) fn record(
     if !outputs.iter().any(|o| o.dtype().is_float()) {
         return Ok(outputs);
     }
-    let saved_inputs: Vec<Option<Tensor>> = inputs
-        .iter()
-        .map(|t| saves.inputs.then(|| t.detach()))
+    let mut packed = Vec::new();
+    let mut save = |slot: Slot, t: &Tensor| match Packed::of(slot, t) {
+        Some(p) => {
+            packed.push(p);
+            None
+        }
+        None => Some(t.detach()),
+    };
+    let saved_inputs: Vec<Option<Tensor>> = (inputs.iter().enumerate())
+        .map(|(i, t)| saves.inputs.then(|| save(Slot::Input(i), t)).flatten())
         .collect();
-    let saved_outputs: Vec<Option<Tensor>> = outputs
-        .iter()
-        .map(|t| saves.outputs.then(|| t.detach()))
+    let saved_outputs: Vec<Option<Tensor>> = (outputs.iter().enumerate())
+        .map(|(i, t)| saves.outputs.then(|| save(Slot::Output(i), t)).flatten())
         .collect();
     let mut saved: Vec<SavedStorage> = saved_inputs
         .iter()
@@ -59,6 +66,7 @@ pub(crate) fn record(
         output_metas: outputs.iter().map(|t| t.meta()).collect(),
         inputs: saved_inputs,
         outputs: saved_outputs,
+        packed,
         core,
     };
     let next = inputs.iter().map(|t| t.grad_edge().cloned()).collect();

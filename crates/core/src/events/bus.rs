@@ -42,19 +42,25 @@ impl Recorder {
         let seq = self.next_seq;
         self.next_seq += 1;
         let mut ready = 0.0;
+        let mut device_us = None;
         if let Some(us) = kind.modeled_us() {
             let i = core.0 as usize;
             if self.clocks.len() <= i {
                 self.clocks.resize(i + 1, CoreClock::default());
             }
-            match kind {
-                EventKind::Collective(_) => ready = self.clocks[i].collective(us),
+            device_us = Some(match kind {
+                EventKind::Collective(_) => {
+                    let (start, done) = self.clocks[i].collective(us);
+                    ready = done;
+                    start
+                }
                 _ => self.clocks[i].op(ready_us, us),
-            }
+            });
         }
         let event = Event {
             seq,
             ts_us,
+            device_us,
             core,
             kind,
         };

@@ -26,16 +26,20 @@ pub(super) struct CoreClock {
 impl CoreClock {
     /// An op of `us` whose inputs are ready at `ready_us`: it starts when compute is free and
     /// its inputs are there.
-    pub(super) fn op(&mut self, ready_us: f64, us: f64) {
-        self.compute_end = self.compute_end.max(ready_us) + us;
+    /// Returns when it starts.
+    pub(super) fn op(&mut self, ready_us: f64, us: f64) -> f64 {
+        let start = self.compute_end.max(ready_us);
+        self.compute_end = start + us;
         self.compute_us += us;
+        start
     }
 
-    /// A collective of `us`, issued now; returns when its output is ready.
-    pub(super) fn collective(&mut self, us: f64) -> f64 {
-        self.comm_end = self.comm_end.max(self.compute_end) + us;
+    /// A collective of `us`, issued now; returns when it starts and when its output is ready.
+    pub(super) fn collective(&mut self, us: f64) -> (f64, f64) {
+        let start = self.comm_end.max(self.compute_end);
+        self.comm_end = start + us;
         self.collective_us += us;
-        self.comm_end
+        (start, self.comm_end)
     }
 
     /// The clock: when both streams are done.
@@ -62,15 +66,15 @@ mod tests {
     fn a_collective_overlaps_the_ops_that_do_not_read_it() {
         let mut c = CoreClock::default();
         c.op(0.0, 10.0);
-        let ready = c.collective(6.0); // runs 10..16
-        assert_eq!(ready, 16.0);
-        c.op(0.0, 4.0); // independent: 10..14, overlapping
+        let (start, ready) = c.collective(6.0);
+        assert_eq!((start, ready), (10.0, 16.0));
+        assert_eq!(c.op(0.0, 4.0), 10.0, "independent: 10..14, overlapping");
         assert_eq!(
             (c.now(), c.exposed_us()),
             (16.0, 2.0),
             "2 µs of it still runs after"
         );
-        c.op(ready, 1.0); // reads it: waits until 16
+        assert_eq!(c.op(ready, 1.0), 16.0, "reads it: waits");
         assert_eq!((c.now(), c.exposed_us()), (17.0, 2.0));
         assert_eq!(c.collective_us(), 6.0);
     }
@@ -80,8 +84,8 @@ mod tests {
         let mut c = CoreClock::default();
         let first = c.collective(5.0);
         let second = c.collective(5.0);
-        assert_eq!((first, second), (5.0, 10.0));
-        c.op(second, 2.0);
+        assert_eq!((first, second), ((0.0, 5.0), (5.0, 10.0)));
+        c.op(second.1, 2.0);
         assert_eq!(
             (c.now(), c.exposed_us()),
             (12.0, 10.0),

@@ -19,6 +19,11 @@ pub struct Event {
     pub seq: u64,
     /// When it started, in microseconds since the bus was created.
     pub ts_us: f64,
+    /// For an op or collective that costs device time: when it starts on its core's modeled
+    /// device clock, microseconds (ops one after another, collectives beside them; see
+    /// [`EventBus::device_us`](super::EventBus::device_us)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_us: Option<f64>,
     /// The core it happened on (for session-wide events, the session's current core).
     pub core: CoreId,
     /// What happened.
@@ -408,6 +413,7 @@ mod tests {
         let op = Event {
             seq: 3,
             ts_us: 12.5,
+            device_us: None,
             core: CoreId(1),
             kind: EventKind::Op(OpEvent {
                 name: "relu".into(),
@@ -443,6 +449,7 @@ mod tests {
         let hit = Event {
             seq: 4,
             ts_us: 20.0,
+            device_us: None,
             core: CoreId(0),
             kind: EventKind::CacheHit {
                 function: "mlp".into(),

@@ -236,6 +236,7 @@ mod tests {
         let event = |level| Event {
             seq: 0,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(0),
             kind: EventKind::Log {
                 level,

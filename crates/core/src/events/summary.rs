@@ -267,6 +267,7 @@ pub(crate) mod tests {
         Event {
             seq,
             ts_us: seq as f64 * 100.0,
+            device_us: None,
             core: CoreId(core),
             kind: EventKind::Op(OpEvent {
                 name: name.to_string().into(),
@@ -291,6 +292,7 @@ pub(crate) mod tests {
         Event {
             seq,
             ts_us: seq as f64 * 100.0,
+            device_us: None,
             core: CoreId(core),
             kind: EventKind::Memory(MemoryEvent {
                 action: MemoryAction::Alloc,
@@ -305,6 +307,7 @@ pub(crate) mod tests {
         Event {
             seq,
             ts_us: seq as f64 * 100.0,
+            device_us: None,
             core: CoreId(0),
             kind: EventKind::Compile(CompileEvent {
                 function: "mlp".into(),
@@ -366,6 +369,7 @@ pub(crate) mod tests {
         let at = |seq, kind| Event {
             seq,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(0),
             kind,
         };

@@ -3,8 +3,9 @@
 //! Two processes, one thread (track) per core in each:
 //! - pid 1, "host (measured)": ops, compiles and collectives at their measured host times,
 //!   memory counters, and instants for cache hits, graph breaks, traps and logs;
-//! - pid 2, "Trainium (modeled)": each core's ops and collectives laid back to back by their
-//!   modeled times, from zero: what the device timeline would look like.
+//! - pid 2, "Trainium (modeled)": each core's ops at their place on its modeled device clock,
+//!   and its collectives on a track of their own beside them (`neuron:N collectives`), as
+//!   the clock overlaps them with compute: what the device timeline would look like.
 //!
 //! Ops that backward ran have the category `op,backward` (the others `op`) and every op has
 //! `args.phase`, so a viewer can filter or search for the backward pass.
@@ -26,14 +27,26 @@ const DEVICE_PID: u32 = 2;
 // One arm per event kind, each writing its slices: the trace format read in one place.
 pub fn chrome_trace(events: &[Event]) -> Value {
     let cores: BTreeSet<CoreId> = events.iter().map(|e| e.core).collect();
-    let mut out = metadata(&cores);
-    // Where the next modeled slice starts on each core, in µs.
+    let communicating: BTreeSet<CoreId> = (events.iter())
+        .filter(|e| matches!(e.kind, EventKind::Collective(_)))
+        .map(|e| e.core)
+        .collect();
+    let mut out = metadata(&cores, &communicating);
+    // Where the compute stream is done on each core, in µs: where an event the clock gave
+    // no place goes.
     let mut device_clock: HashMap<CoreId, f64> = HashMap::new();
-    let mut device_slice = |core: CoreId, name: &str, cat: &str, dur: f64, args: Value| {
+    let mut device_slice = |event: &Event, name: &str, cat: &str, dur: f64, args: Value| {
+        let core = event.core;
         let clock = device_clock.entry(core).or_insert(0.0);
-        let ts = *clock;
-        *clock += dur;
-        slice(DEVICE_PID, core, name, cat, ts, dur, args)
+        let ts = event.device_us.unwrap_or(*clock);
+        let tid = match event.kind {
+            EventKind::Collective(_) => collectives_tid(core),
+            _ => {
+                *clock = ts + dur;
+                core.0
+            }
+        };
+        slice_on(DEVICE_PID, tid, name, cat, ts, dur, args)
     };
 
     for event in events {
@@ -72,7 +85,7 @@ pub fn chrome_trace(events: &[Event]) -> Value {
                 ));
                 // Views do no device work: nothing to draw on the device.
                 if m.total_s > 0.0 {
-                    out.push(device_slice(core, &op.name, cat, m.total_s * 1e6, args));
+                    out.push(device_slice(event, &op.name, cat, m.total_s * 1e6, args));
                 }
             }
             EventKind::Compile(c) => {
@@ -113,7 +126,7 @@ pub fn chrome_trace(events: &[Event]) -> Value {
                     c.host_us,
                     args.clone(),
                 ));
-                out.push(device_slice(core, &c.op, "collective", c.modeled_us, args));
+                out.push(device_slice(event, &c.op, "collective", c.modeled_us, args));
             }
             EventKind::Memory(m) => out.push(json!({
                 "name": format!("HBM {core}"),
@@ -174,8 +187,17 @@ pub fn save_chrome_trace(path: &Path, events: &[Event]) -> io::Result<()> {
     file.flush()
 }
 
-/// Process and thread names, and their order in the viewer.
-fn metadata(cores: &BTreeSet<CoreId>) -> Vec<Value> {
+/// The device track of `core`'s collectives: after every core's own track.
+fn collectives_tid(core: CoreId) -> u32 {
+    COLLECTIVES_TID + core.0
+}
+
+/// Where the collectives' tracks start.
+const COLLECTIVES_TID: u32 = 1 << 20;
+
+/// Process and thread names, and their order in the viewer: each core's collectives track
+/// (for the cores in `communicating`) right under its device track.
+fn metadata(cores: &BTreeSet<CoreId>, communicating: &BTreeSet<CoreId>) -> Vec<Value> {
     let mut out = Vec::new();
     for (pid, name) in [
         (HOST_PID, "host (measured)"),
@@ -184,24 +206,34 @@ fn metadata(cores: &BTreeSet<CoreId>) -> Vec<Value> {
         out.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
         out.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}));
         for core in cores {
-            let tid = core.0;
-            out.push(json!({
-                "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                "args": {"name": core.to_string()},
-            }));
-            out.push(json!({
-                "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                "args": {"sort_index": tid},
-            }));
+            let mut tracks = vec![(core.0, core.to_string(), 2 * u64::from(core.0))];
+            if pid == DEVICE_PID && communicating.contains(core) {
+                let sort = 2 * u64::from(core.0) + 1;
+                tracks.push((collectives_tid(*core), format!("{core} collectives"), sort));
+            }
+            for (tid, name, sort) in tracks {
+                out.push(json!({
+                    "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                    "args": {"name": name},
+                }));
+                out.push(json!({
+                    "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                    "args": {"sort_index": sort},
+                }));
+            }
         }
     }
     out
 }
 
 fn slice(pid: u32, core: CoreId, name: &str, cat: &str, ts: f64, dur: f64, args: Value) -> Value {
+    slice_on(pid, core.0, name, cat, ts, dur, args)
+}
+
+fn slice_on(pid: u32, tid: u32, name: &str, cat: &str, ts: f64, dur: f64, args: Value) -> Value {
     json!({
         "name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur,
-        "pid": pid, "tid": core.0, "args": args,
+        "pid": pid, "tid": tid, "args": args,
     })
 }
 
@@ -239,6 +271,7 @@ mod tests {
             Event {
                 seq: 6,
                 ts_us: 650.0,
+                device_us: None,
                 core: CoreId(1),
                 kind: EventKind::GraphBreak {
                     function: "f".into(),
@@ -296,7 +329,7 @@ mod tests {
             [
                 (1, 0, "compile mlp", 0.0, 800.0),
                 (1, 0, "matmul", 100.0, 50.0),
-                // Modeled: laid back to back from zero on each core.
+                // Modeled: without the clock's places, one after another from zero.
                 (2, 0, "matmul", 0.0, 22.0),
                 (1, 0, "add", 200.0, 20.0),
                 (2, 0, "add", 22.0, 80.0),

@@ -23,6 +23,7 @@ pub use layout::{
 pub use layout::{is_row_major, same_shape};
 pub use storage::Storage;
 
+use crate::autograd::rematerialize::Rematerialize;
 use crate::device::role::Role;
 use crate::device::topology::CoreId;
 use crate::with_dtype;
@@ -111,6 +112,18 @@ impl Tensor {
             device: self.device,
             grad: None,
         }
+    }
+
+    /// Lets autograd make this tensor's storage again for backward instead of keeping it
+    /// alive ([`Rematerialize`]): a node that saves a view of it keeps `recipe` and the
+    /// view's layout. Set once; later calls keep the first recipe.
+    pub fn set_rematerialize(&self, recipe: Arc<dyn Rematerialize>) {
+        self.storage.set_rematerialize(recipe);
+    }
+
+    /// The recipe that makes this tensor's storage again, if one was set.
+    pub fn rematerializer(&self) -> Option<Arc<dyn Rematerialize>> {
+        self.storage.rematerializer()
     }
 
     /// True when gradients flow through this tensor (a leaf marked by the user, or the

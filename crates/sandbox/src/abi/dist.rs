@@ -171,8 +171,10 @@ macro_rules! with_backward {
 }
 
 const ALL_REDUCE: &[AttrSpec] = with_backward![AttrSpec::choice("op", "sum", REDUCE_OPS)];
-const ALL_GATHER: &[AttrSpec] =
-    with_backward![AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0))];
+const ALL_GATHER: &[AttrSpec] = with_backward![
+    AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0)),
+    AttrSpec::new("reshard_after_forward", AttrKind::Int, AttrDefault::Int(0)),
+];
 const REDUCE_SCATTER: &[AttrSpec] = with_backward![
     AttrSpec::choice("op", "sum", REDUCE_OPS),
     AttrSpec::new("dim", AttrKind::Int, AttrDefault::Int(0)),
@@ -340,6 +342,16 @@ fn collective(c: &mut Ctx, op: &str, g: i32, h: i32, encoded_attrs: Vec<u8>) -> 
         "split" => collective_grad::own_chunk(&runtime, comm, &group, &moved, call.dim)?,
         _ => unreachable!("looked up in COLLECTIVES"),
     };
+    if declared("reshard_after_forward") && attrs.int("reshard_after_forward") != 0 {
+        collective_grad::regather_for_backward(
+            comm,
+            &group,
+            &call,
+            &t,
+            attrs.opt_dtype("dtype"),
+            &out,
+        );
+    }
     let out = collective_grad::record(&runtime, comm, &group, &call, &t, out)?;
     insert(c, out)
 }

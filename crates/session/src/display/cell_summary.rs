@@ -302,6 +302,7 @@ mod tests {
         Event {
             seq,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(core),
             kind,
         }

@@ -1,9 +1,11 @@
-//! `%timeline` as text: each core's ops and collectives laid back to back by their modeled
-//! times (as the Chrome trace's device track draws them), one row per core, with a legend
-//! of the ops that take the most time. A core on which backward ran ops gets a second row,
-//! `neuron:N backward`, that holds them at their place on the core's clock, so the passes of
-//! a training step read apart. The layout, the rows and the ranking are shared with the SVG
-//! drawing ([`super::timeline_svg`]).
+//! `%timeline` as text: each core's ops and collectives at their place on the core's modeled
+//! device clock (as the Chrome trace's device track draws them), one row per core, with a
+//! legend of the ops that take the most time. A core on which backward ran ops gets a second
+//! row, `neuron:N backward`, that holds them at their place on the core's clock, so the
+//! passes of a training step read apart; a core that ran collectives gets a row
+//! `neuron:N collectives` for its communication stream, so what overlapped compute sits
+//! under it and what was exposed under a gap in the core's row. The layout, the rows and the
+//! ranking are shared with the SVG drawing ([`super::timeline_svg`]).
 
 use std::collections::BTreeMap;
 
@@ -30,29 +32,51 @@ pub(super) struct Slice {
     pub(super) phase: Phase,
 }
 
-/// Each core's slices, by core.
-pub(super) type Lanes = BTreeMap<CoreId, Vec<Slice>>;
+/// One core's slices on its two streams, each in order and without overlap.
+#[derive(Default)]
+pub(super) struct Lane {
+    /// Ops and fused kernels, of either phase.
+    pub(super) compute: Vec<Slice>,
+    /// Collectives.
+    pub(super) collectives: Vec<Slice>,
+}
 
-/// One row of a drawing: the slices of one phase on one core.
+/// Each core's slices, by core.
+pub(super) type Lanes = BTreeMap<CoreId, Lane>;
+
+/// What a row shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RowKind {
+    /// The core's forward ops (and any of the other phase too short for a column of its own).
+    Forward,
+    /// The core's backward ops.
+    Backward,
+    /// The core's collectives.
+    Collectives,
+}
+
+/// One row of a drawing: the slices of one phase or stream on one core.
 pub(super) struct Row<'a> {
-    /// `neuron:0`, or `neuron:0 backward`.
+    /// `neuron:0`, `neuron:0 backward` or `neuron:0 collectives`.
     pub(super) label: String,
-    /// The phase it shows.
+    /// What it shows.
+    pub(super) kind: RowKind,
+    /// The phase its slices have.
     pub(super) phase: Phase,
-    /// Every slice of its core, of either phase, back to back.
+    /// Every slice of its stream, of either phase, in order.
     pub(super) slices: &'a [Slice],
 }
 
 impl Row<'_> {
     /// The slice a column from `start` to `end` (seconds) shows: the one at its middle when it
-    /// is of this row's phase, else the row's slice with the most time in the column. So a
-    /// step's backward shorter than a column still marks it, and a column holding both
-    /// phases shows in both rows.
+    /// is of this row's phase, else the row's slice with the most time in the column (none in
+    /// a gap: a wait for a collective). So a step's backward shorter than a column still
+    /// marks it, and a column holding both phases shows in both rows.
     pub(super) fn in_column(&self, start: f64, end: f64) -> Option<&Slice> {
         let middle = (start + end) / 2.0;
         let i = self.slices.partition_point(|s| s.end <= middle);
         match self.slices.get(i) {
-            Some(s) if s.phase == self.phase => Some(s),
+            Some(s) if s.start <= middle && s.phase == self.phase => Some(s),
             None => None,
             Some(_) => {
                 let time = |s: &Slice| s.end.min(end) - s.start.max(start);
@@ -77,35 +101,58 @@ impl Row<'_> {
 
 /// The suffix of a backward row's label.
 const BACKWARD: &str = " backward";
+/// The suffix of a collectives row's label.
+const COLLECTIVES: &str = " collectives";
 
-/// The rows of `cores`, by core: each core's row, then its backward row if backward ran on it.
+/// The rows of `cores`, by core: each core's row, then its backward row if backward ran on
+/// it, then its collectives row if it ran any.
 pub(super) fn rows(cores: &Lanes) -> Vec<Row<'_>> {
     let mut rows = Vec::new();
-    for (core, slices) in cores {
+    for (core, lane) in cores {
+        let compute = &lane.compute;
         rows.push(Row {
             label: core.to_string(),
+            kind: RowKind::Forward,
             phase: Phase::Forward,
-            slices,
+            slices: compute,
         });
-        if slices.iter().any(|s| s.phase == Phase::Backward) {
+        if compute.iter().any(|s| s.phase == Phase::Backward) {
             rows.push(Row {
                 label: format!("{core}{BACKWARD}"),
+                kind: RowKind::Backward,
                 phase: Phase::Backward,
-                slices,
+                slices: compute,
+            });
+        }
+        if !lane.collectives.is_empty() {
+            rows.push(Row {
+                label: format!("{core}{COLLECTIVES}"),
+                kind: RowKind::Collectives,
+                phase: Phase::Forward,
+                slices: &lane.collectives,
             });
         }
     }
     rows
 }
 
-/// What the backward rows are, for the legend; `None` when there are none.
-pub(super) fn backward_note(rows: &[Row]) -> Option<String> {
-    rows.iter().any(|r| r.phase == Phase::Backward).then(|| {
-        format!(
+/// What the backward and collectives rows are, for the legend; empty when there are none.
+pub(super) fn row_notes(rows: &[Row]) -> Vec<String> {
+    let has = |kind| rows.iter().any(|r| r.kind == kind);
+    let mut notes = Vec::new();
+    if has(RowKind::Backward) {
+        notes.push(format!(
             "neuron:N{BACKWARD}: the ops backward ran on that core (gradients), at their place \
              on its clock"
-        )
-    })
+        ));
+    }
+    if has(RowKind::Collectives) {
+        notes.push(format!(
+            "neuron:N{COLLECTIVES}: its collectives, beside its compute; an op that reads one \
+             waits for it, and the rest overlaps"
+        ));
+    }
+    notes
 }
 
 /// One name's modeled time, in seconds, and how many slices it has.
@@ -139,10 +186,10 @@ pub fn render(events: &[Event]) -> Option<String> {
     let rows = rows(&cores);
     let label_width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
     for r in &rows {
-        // A core's row ends where its work ends; a backward row gives backward's total.
-        let time = match r.phase {
-            Phase::Forward => r.slices.last().map_or(0.0, |s| s.end),
-            Phase::Backward => r.own().map(|s| s.end - s.start).sum(),
+        // A core's row ends where its work ends; the others give their slices' total.
+        let time = match r.kind {
+            RowKind::Forward => r.slices.last().map_or(0.0, |s| s.end),
+            RowKind::Backward | RowKind::Collectives => r.own().map(|s| s.end - s.start).sum(),
         };
         text.push_str(&format!(
             "{:<label_width$} |{}| {}\n",
@@ -171,7 +218,7 @@ pub fn render(events: &[Event]) -> Option<String> {
             100.0 * time / all
         ));
     }
-    if let Some(note) = backward_note(&rows) {
+    for note in row_notes(&rows) {
         text.push_str(&format!(
             "  {note}; the time after the row is their total\n"
         ));
@@ -183,7 +230,8 @@ pub fn render(events: &[Event]) -> Option<String> {
 pub(super) fn span(cores: &Lanes) -> f64 {
     cores
         .values()
-        .filter_map(|s| s.last())
+        .flat_map(|lane| [lane.compute.last(), lane.collectives.last()])
+        .flatten()
         .map(|s| s.end)
         .fold(0.0, f64::max)
 }
@@ -191,7 +239,10 @@ pub(super) fn span(cores: &Lanes) -> f64 {
 /// Modeled time and count per name, the largest first (ties by name, for stable output).
 pub(super) fn rank(cores: &Lanes) -> Vec<Ranked<'_>> {
     let mut totals: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for slice in cores.values().flatten() {
+    for slice in cores
+        .values()
+        .flat_map(|lane| lane.compute.iter().chain(&lane.collectives))
+    {
         let total = totals.entry(&slice.name).or_default();
         total.0 += slice.end - slice.start;
         total.1 += 1;
@@ -204,21 +255,41 @@ pub(super) fn rank(cores: &Lanes) -> Vec<Ranked<'_>> {
     ranked
 }
 
-/// Each core's ops (those that cost device time) and collectives, back to back from zero.
+/// Each core's ops (those that cost device time) and collectives at their place on its
+/// modeled clock, from the core's first work shown. An event without a place (recorded
+/// before the clock gave one) goes where the clock would put it without waits: an op after
+/// the previous op, a collective once that op and the previous collective are done.
 pub(super) fn lay_out(events: &[Event]) -> Lanes {
     let mut cores: Lanes = BTreeMap::new();
+    let mut origins: BTreeMap<CoreId, f64> = BTreeMap::new();
     for event in events {
-        let (name, seconds, phase) = match &event.kind {
+        if let Some(us) = event.device_us {
+            let origin = origins.entry(event.core).or_insert(us);
+            *origin = origin.min(us);
+        }
+    }
+    for event in events {
+        let (name, seconds, phase, collective) = match &event.kind {
             EventKind::Op(op) if op.modeled.total_s > 0.0 => {
-                (&*op.name, op.modeled.total_s, op.phase)
+                (&*op.name, op.modeled.total_s, op.phase, false)
             }
             EventKind::Collective(c) if c.modeled_us > 0.0 => {
-                (c.op.as_str(), c.modeled_us * 1e-6, Phase::Forward)
+                (c.op.as_str(), c.modeled_us * 1e-6, Phase::Forward, true)
             }
             _ => continue,
         };
-        let slices = cores.entry(event.core).or_default();
-        let start = slices.last().map_or(0.0, |s| s.end);
+        let lane = cores.entry(event.core).or_default();
+        let end = |slices: &[Slice]| slices.last().map_or(0.0, |s| s.end);
+        let start = match event.device_us {
+            Some(us) => (us - origins[&event.core]) * 1e-6,
+            None if collective => end(&lane.compute).max(end(&lane.collectives)),
+            None => end(&lane.compute),
+        };
+        let slices = if collective {
+            &mut lane.collectives
+        } else {
+            &mut lane.compute
+        };
         slices.push(Slice {
             name: name.to_string(),
             start,
@@ -260,6 +331,7 @@ pub(super) mod tests {
         Event {
             seq: 0,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(core),
             kind: EventKind::Op(OpEvent {
                 name: name.to_string().into(),
@@ -299,6 +371,7 @@ pub(super) mod tests {
         events.push(Event {
             seq: 0,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(1),
             kind: EventKind::Collective(CollectiveEvent {
                 op: "all_reduce".into(),
@@ -317,15 +390,69 @@ pub(super) mod tests {
         );
         assert_eq!(
             lines[1],
-            format!("neuron:0 |{}{}| 70.0 µs", "A".repeat(60), "C".repeat(10))
+            format!(
+                "neuron:0             |{}{}| 70.0 µs",
+                "A".repeat(60),
+                "C".repeat(10)
+            )
         );
+        // Core 1 only communicated: an empty compute row, and its collectives row.
         assert_eq!(
             lines[2],
-            format!("neuron:1 |{}{}| 35.0 µs", "B".repeat(35), " ".repeat(35))
+            format!("neuron:1             |{}| 0 s", " ".repeat(70))
         );
-        assert_eq!(lines[3], "  A matmul: 1 × 60.0 µs total, 57%");
-        assert_eq!(lines[4], "  B all_reduce: 1 × 35.0 µs total, 33%");
+        assert_eq!(
+            lines[3],
+            format!(
+                "neuron:1 collectives |{}{}| 35.0 µs",
+                "B".repeat(35),
+                " ".repeat(35)
+            )
+        );
+        assert_eq!(lines[4], "  A matmul: 1 × 60.0 µs total, 57%");
+        assert_eq!(lines[5], "  B all_reduce: 1 × 35.0 µs total, 33%");
         assert!(render(&[op(0, "reshape", 0.0)]).is_none());
+    }
+
+    #[test]
+    fn a_collective_sits_at_its_place_on_the_clock_under_the_compute_it_overlapped() {
+        // The device clock's places (from 100 µs): matmul 100..140, the all-reduce issued at
+        // 110 runs 110..130 beside it, and the add that reads it runs 140..150.
+        let at = |mut e: Event, us: f64| {
+            e.device_us = Some(us);
+            e
+        };
+        let mut all_reduce = op(0, "all_reduce", 0.0);
+        all_reduce.kind = EventKind::Collective(CollectiveEvent {
+            op: "all_reduce".into(),
+            group: vec![0, 1],
+            mesh_dim: None,
+            bytes: 64,
+            host_us: 1.0,
+            modeled_us: 20.0,
+        });
+        let events = vec![
+            at(op(0, "matmul", 40.0), 100.0),
+            at(all_reduce, 110.0),
+            at(op(0, "add", 10.0), 140.0),
+        ];
+        let text = render(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("modeled device time 50.0 µs"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "neuron:0             |{}{}| 50.0 µs",
+                "A".repeat(56),
+                "C".repeat(14)
+            )
+        );
+        let comm = format!("{}{}{}", " ".repeat(14), "B".repeat(28), " ".repeat(28));
+        assert_eq!(lines[2], format!("neuron:0 collectives |{comm}| 20.0 µs"));
+        assert!(text.contains("neuron:N collectives: its collectives, beside its compute"));
     }
 
     #[test]

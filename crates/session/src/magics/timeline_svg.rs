@@ -1,9 +1,10 @@
 //! `%timeline` as SVG, drawn with plotters' SVG backend: one lane per core (the lowest core on
-//! top), a bar per op or collective laid back to back by its modeled time (the layout of the
-//! text timeline), an x axis of modeled device time in µs with ticks, the cores on the y
+//! top), a bar per op or collective at its place on the core's modeled clock (the layout of
+//! the text timeline), an x axis of modeled device time in µs with ticks, the cores on the y
 //! axis, and a legend of the ops with the most time, coloured as their bars. A core on which
-//! backward ran ops gets a second lane, `neuron:N backward`, under its own, as the text
-//! timeline's rows; a line under the legend says what it holds.
+//! backward ran ops gets a lane `neuron:N backward` under its own, and one that ran
+//! collectives a lane `neuron:N collectives`, as the text timeline's rows; a line under the
+//! legend says what each holds.
 //!
 //! plotters is built without fonts (no `ttf`, `ab_glyph` or bitmap features): its SVG backend
 //! writes text as `<text>` elements for the viewer to render, and lays labels out with a
@@ -19,7 +20,7 @@ use std::ops::Range;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::prelude::*;
 
-use super::timeline::{backward_note, lay_out, rank, rows, span, Ranked, Row, OTHER, SYMBOLS};
+use super::timeline::{lay_out, rank, row_notes, rows, span, Ranked, Row, OTHER, SYMBOLS};
 use neuronlab_core::events::fmt::duration;
 use neuronlab_core::events::Event;
 use neuronlab_plot::svg::{FONT, PALETTE};
@@ -59,11 +60,11 @@ pub fn render(events: &[Event]) -> Option<String> {
     };
     let legend = legend(&ranked);
     let rows = rows(&cores);
-    let note = backward_note(&rows);
+    let notes = row_notes(&rows);
     let lanes = rows.len();
     let lane_px = (360 / lanes as u32).clamp(14, 36);
     let chart_height = 40 + lanes as u32 * lane_px + 56;
-    let legend_rows = legend.len().div_ceil(LEGEND_COLUMNS) as u32 + u32::from(note.is_some());
+    let legend_rows = legend.len().div_ceil(LEGEND_COLUMNS) as u32 + notes.len() as u32;
     let height = chart_height + legend_rows * LEGEND_ROW + 12;
 
     let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
@@ -134,8 +135,9 @@ pub fn render(events: &[Event]) -> Option<String> {
                 .draw(&Text::new(text.clone(), (x + 18, y), (FONT, 13)))
                 .ok()?;
         }
-        if let Some(note) = note {
-            let y = 4 + (legend_rows - 1) as i32 * LEGEND_ROW as i32;
+        let first_note = legend_rows as usize - notes.len();
+        for (i, note) in notes.into_iter().enumerate() {
+            let y = 4 + (first_note + i) as i32 * LEGEND_ROW as i32;
             bottom.draw(&Text::new(note, (20, y), (FONT, 13))).ok()?;
         }
         root.present().ok()?;
@@ -264,6 +266,7 @@ mod tests {
         Event {
             seq: 0,
             ts_us: 0.0,
+            device_us: None,
             core: CoreId(core),
             kind: EventKind::Collective(CollectiveEvent {
                 op: "all_reduce".into(),
@@ -294,8 +297,21 @@ mod tests {
         // One lane label per core, from the top.
         placed.sort();
         let texts: Vec<String> = placed.into_iter().map(|(_, t)| t).collect();
-        let lanes: Vec<&String> = texts.iter().filter(|t| t.starts_with("neuron:")).collect();
-        assert_eq!(lanes, ["neuron:0", "neuron:1", "neuron:2"], "{texts:?}");
+        let lanes: Vec<&String> = (texts.iter())
+            .filter(|t| t.starts_with("neuron:") && !t.starts_with("neuron:N"))
+            .collect();
+        let want = [
+            "neuron:0",
+            "neuron:0 collectives",
+            "neuron:1",
+            "neuron:1 collectives",
+            "neuron:2",
+        ];
+        assert_eq!(lanes, want, "{texts:?}");
+        assert!(
+            (texts.iter()).any(|t| t.starts_with("neuron:N collectives: its collectives")),
+            "{texts:?}"
+        );
         assert!(
             texts.contains(&"modeled device time (µs)".to_string()),
             "{texts:?}"

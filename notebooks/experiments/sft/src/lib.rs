@@ -5,7 +5,8 @@
 //! ```text
 //! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
 //!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] \
-//!     [--mixed-precision bf16] [--save-sharded OUT/state] [--resume OUT/state]
+//!     [--mixed-precision bf16] [--reshard-after-forward true|false] \
+//!     [--save-sharded OUT/state] [--resume OUT/state]
 //! ```
 //!
 //! `N = T * F` ranks form a `[F, T]` mesh: tensor parallelism inside each `tp` group, FSDP
@@ -22,6 +23,10 @@
 //! reduce_dtype=f32)`: each forward gathers bf16 parameters and computes in bf16, gradients
 //! are reduce-scattered in f32, and AdamW steps the f32 shards. It shards even on one rank, so
 //! that run is the reference for the sharded ones.
+//!
+//! `--reshard-after-forward` is FSDP2's (true by default): each decoder layer's gathered
+//! parameters are freed after its forward and gathered again for its backward; false keeps
+//! them from forward to backward, one all-gather less per parameter and more memory.
 //!
 //! On one rank without mixed precision the step is compiled, and the compile count shows what
 //! packing buys; sharded steps run eagerly (collectives are graph breaks). It prints `step N loss X`, the task
@@ -43,7 +48,9 @@ use std::time::Duration;
 
 use neuronlab::dist::{self, Group, ReduceOp};
 use neuronlab::memory::{self, MemoryRole};
-use neuronlab::nn::{parallel, LlamaConfig, LlamaForCausalLM, MixedPrecisionPolicy, Module};
+use neuronlab::nn::{
+    parallel, FullyShardOptions, LlamaConfig, LlamaForCausalLM, MixedPrecisionPolicy, Module,
+};
 use neuronlab::optim::{adamw_defaults, AdamWConfig, Optimizer};
 use neuronlab::prelude::*;
 use neuronlab::println;
@@ -272,6 +279,8 @@ struct Args {
     resume: Option<String>,
     /// FSDP's `param_dtype` (with `reduce_dtype` f32), `None` for f32 throughout.
     mixed_precision: Option<DType>,
+    /// FSDP's `reshard_after_forward` for the decoder layers.
+    reshard_after_forward: bool,
 }
 
 fn args() -> Result<Args> {
@@ -287,13 +296,14 @@ fn args() -> Result<Args> {
         save_sharded: None,
         resume: None,
         mixed_precision: None,
+        reshard_after_forward: true,
     };
     let list = neuronlab::args();
     let mut it = list.iter();
     let bad = |m: String| {
         Error::new(
             ErrorKind::Invalid,
-            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16]"),
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16] [--reshard-after-forward true|false]"),
         )
     };
     while let Some(flag) = it.next() {
@@ -339,6 +349,10 @@ fn args() -> Result<Args> {
                     "f32" | "none" => None,
                     _ => return Err(parse_err(&v)),
                 }
+            }
+            "--reshard-after-forward" => {
+                let v = value()?;
+                a.reshard_after_forward = v.parse().map_err(|_| parse_err(&v))?
             }
             "--packing" => {
                 let v = value()?;
@@ -530,11 +544,14 @@ fn run() -> Result<()> {
     // Under mixed precision even one FSDP rank shards (over itself), so the 1-rank run
     // computes in the same dtypes as the sharded ones it is compared with.
     if a.fsdp > 1 || a.mixed_precision.is_some() {
-        let policy = MixedPrecisionPolicy {
-            param_dtype: a.mixed_precision,
-            reduce_dtype: a.mixed_precision.map(|_| DType::F32),
+        let options = FullyShardOptions {
+            mp_policy: MixedPrecisionPolicy {
+                param_dtype: a.mixed_precision,
+                reduce_dtype: a.mixed_precision.map(|_| DType::F32),
+            },
+            reshard_after_forward: a.reshard_after_forward,
         };
-        parallel::fully_shard_with(&mut model, &fsdp, policy)?;
+        parallel::fully_shard_with(&mut model, &fsdp, options)?;
     }
     println!(
         "model: {} parameters; mesh [fsdp {}, tp {}]",
