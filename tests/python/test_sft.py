@@ -88,6 +88,16 @@ def test_packing_decides_the_compile_count():
     assert compiles == len(re.findall(r"\[2, \d+\]", shapes)) >= 2, counts
 
 
+def test_the_eager_one_rank_step_gives_the_compiled_steps_losses():
+    """`--eager` runs the one-rank step as the sharded steps run, op by op: the same losses,
+    bit for bit, as the compiled step (fusion keeps each op's rounding)."""
+    compiled = sft("--steps", "4")
+    eager = sft("--steps", "4", "--eager")
+    assert "sft_step: eager (--eager)" in eager, eager
+    assert "sft_step: 4 calls, 1 compile(s), 3 cache hits" in compiled, compiled
+    assert len(losses(eager)) == 4 and losses(eager) == losses(compiled), (eager, compiled)
+
+
 def test_bad_arguments_are_clear_errors():
     r = run(module("sft"), "--nproc", "2", "--", "--tp", "4")
     assert r.returncode != 0

@@ -4,8 +4,9 @@
 //!
 //! The suite: `kernels` (matmul, elementwise, casts, reductions and norms), `compile` (eager
 //! vs compiled, host compile time, the compiled-function cache hit), `train` (an MLP training
-//! step) and the dispatch and module-load cases here. The `collectives` and `session` tables are slower and print their
-//! own layout, so they run only when `--filter` names them, and never with `--json`.
+//! step) and the dispatch and module-load cases here. The `collectives`, `session` and
+//! `training` (the sft experiment's step at 1, 8 and 32 ranks) tables are slower and print
+//! their own layout, so they run only when `--filter` names them, and never with `--json`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ mod compile;
 mod ops;
 mod session;
 mod train;
+mod training;
 
 /// About how long the timed runs of one case take together: the repetition count is this
 /// divided by the warm-up run's time, within [`MIN_REPS`, `MAX_REPS`].
@@ -457,6 +459,7 @@ pub fn run(filter: Option<&str>, json: bool) -> Result<(), String> {
     let tables: Vec<Table> = vec![
         (collectives::NAME, collectives::run),
         (session::NAME, session::run),
+        (training::NAME, training::run),
     ];
     let tables: Vec<_> = match filter {
         Some(p) if !json => tables.into_iter().filter(|(n, _)| n.contains(p)).collect(),
@@ -464,8 +467,8 @@ pub fn run(filter: Option<&str>, json: bool) -> Result<(), String> {
     };
     if selected.is_empty() && tables.is_empty() {
         return Err(format!(
-            "no case matches --filter {:?}; the ids are:\n  {}\n(without --json, `collectives` \
-             and `session` select those tables)",
+            "no case matches --filter {:?}; the ids are:\n  {}\n(without --json, `collectives`, \
+             `session` and `training` select those tables)",
             filter.unwrap_or_default(),
             suite()
                 .iter()

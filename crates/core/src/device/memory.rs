@@ -96,6 +96,8 @@ pub struct DeviceMemory {
     capacity: u64,
     cores: Vec<Mutex<MemStats>>,
     host_in_use: AtomicU64,
+    /// The most `host_in_use` has been since creation or [`DeviceMemory::reset_host_peak`].
+    host_peak: AtomicU64,
     host_limit: u64,
     bus: Option<Arc<EventBus>>,
 }
@@ -115,6 +117,7 @@ impl DeviceMemory {
                 .map(|_| Mutex::new(empty))
                 .collect(),
             host_in_use: AtomicU64::new(0),
+            host_peak: AtomicU64::new(0),
             host_limit,
             bus,
         })
@@ -158,7 +161,8 @@ impl DeviceMemory {
             });
         }
         // Reserve host bytes atomically against other cores' reservations.
-        self.host_in_use
+        let before = self
+            .host_in_use
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes)
                     .filter(|&total| total <= self.host_limit)
@@ -169,6 +173,7 @@ impl DeviceMemory {
                 in_use,
                 limit: self.host_limit,
             })?;
+        self.host_peak.fetch_max(before + bytes, Ordering::AcqRel);
         stats.in_use += bytes;
         stats.by_role[Role::Other] += bytes;
         if stats.in_use > stats.peak {
@@ -202,6 +207,17 @@ impl DeviceMemory {
     /// Bytes reserved across all cores (what the host really holds).
     pub fn host_in_use(&self) -> u64 {
         self.host_in_use.load(Ordering::Acquire)
+    }
+
+    /// The most bytes reserved across all cores at once since the accounting was created or
+    /// [`DeviceMemory::reset_host_peak`]: every rank's live tensors together.
+    pub fn host_peak(&self) -> u64 {
+        self.host_peak.load(Ordering::Acquire)
+    }
+
+    /// Starts a new host peak measurement from the current use.
+    pub fn reset_host_peak(&self) {
+        self.host_peak.store(self.host_in_use(), Ordering::Release);
     }
 
     /// The host cap in bytes.
@@ -390,7 +406,12 @@ mod tests {
         );
         assert_eq!(stats.by_role[Role::Other], 4 * MIB);
         assert_eq!(memory.host_in_use(), 4 * MIB);
+        let c = memory.reserve(CoreId(0), 2 * MIB).unwrap();
+        drop(c);
+        assert_eq!(memory.host_peak(), 6 * MIB, "both cores' bytes at once");
         drop(a);
+        memory.reset_host_peak();
+        assert_eq!(memory.host_peak(), MIB);
         let stats = memory.stats(CoreId(1)).unwrap();
         assert_eq!(
             (stats.in_use, stats.peak, stats.allocations),

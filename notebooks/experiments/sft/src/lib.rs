@@ -5,7 +5,7 @@
 //! ```text
 //! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
 //!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] \
-//!     [--mixed-precision bf16] [--reshard-after-forward true|false] \
+//!     [--mixed-precision bf16] [--reshard-after-forward true|false] [--eager] \
 //!     [--save-sharded OUT/state] [--resume OUT/state]
 //! ```
 //!
@@ -23,6 +23,8 @@
 //! reduce_dtype=f32)`: each forward gathers bf16 parameters and computes in bf16, gradients
 //! are reduce-scattered in f32, and AdamW steps the f32 shards. It shards even on one rank, so
 //! that run is the reference for the sharded ones.
+//!
+//! `--eager` runs the one-rank step eagerly, as sharded steps run, instead of compiled.
 //!
 //! `--reshard-after-forward` is FSDP2's (true by default): each decoder layer's gathered
 //! parameters are freed after its forward and gathered again for its backward; false keeps
@@ -281,6 +283,8 @@ struct Args {
     mixed_precision: Option<DType>,
     /// FSDP's `reshard_after_forward` for the decoder layers.
     reshard_after_forward: bool,
+    /// Run the one-rank step eagerly instead of compiled.
+    eager: bool,
 }
 
 fn args() -> Result<Args> {
@@ -297,16 +301,21 @@ fn args() -> Result<Args> {
         resume: None,
         mixed_precision: None,
         reshard_after_forward: true,
+        eager: false,
     };
     let list = neuronlab::args();
     let mut it = list.iter();
     let bad = |m: String| {
         Error::new(
             ErrorKind::Invalid,
-            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16] [--reshard-after-forward true|false]"),
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16] [--reshard-after-forward true|false] [--eager]"),
         )
     };
     while let Some(flag) = it.next() {
+        if flag == "--eager" {
+            a.eager = true;
+            continue;
+        }
         let mut value = || {
             it.next()
                 .cloned()
@@ -606,6 +615,7 @@ fn run() -> Result<()> {
     let position = mesh.coordinate("fsdp")?;
     // A step with collectives (more ranks, or FSDP's casting all-gathers) runs eagerly.
     let sharded = dist::world_size() > 1 || a.mixed_precision.is_some();
+    let eager = sharded || a.eager;
     let step = compile_with(
         "sft_step",
         |batch: &[Tensor]| {
@@ -638,7 +648,7 @@ fn run() -> Result<()> {
             shapes.push(ids.shape());
         }
         let started = clocks();
-        let l = if sharded {
+        let l = if eager {
             let l = loss(&model, &ids, &labels, &scale)?;
             let mut opt = opt.borrow_mut();
             opt.zero_grad()?;
@@ -673,6 +683,8 @@ fn run() -> Result<()> {
             n => format!("{n} ranks"),
         };
         println!("sft_step: eager ({why}: collectives are graph breaks)");
+    } else if eager {
+        println!("sft_step: eager (--eager)");
     } else {
         println!(
             "sft_step: {} calls, {} compile(s), {} cache hits",
