@@ -319,6 +319,30 @@ pub mod region {
         collective("all_gather", x, attrs, group)
     }
 
+    /// Every rank's sequence shard concatenated along `dim` forward; backward reduce-scatters
+    /// the gradient with sum (Megatron's sequence parallelism, before a column-parallel layer:
+    /// `gather_from_sequence_parallel_region`).
+    #[track_caller]
+    pub fn gather_sequence(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new()
+            .int("dim", dim_attr(dim))
+            .str("backward", "reduce_scatter")
+            .str("backward_op", "sum");
+        collective("all_gather", x, attrs, group)
+    }
+
+    /// The sum over the group, this rank keeping its `torch.chunk` chunk along `dim` forward;
+    /// backward all-gathers the gradient (sequence parallelism, after a row-parallel layer:
+    /// `reduce_scatter_to_sequence_parallel_region`).
+    #[track_caller]
+    pub fn reduce_scatter_sequence(x: &Tensor, dim: usize, group: &Group) -> Result<Tensor> {
+        let attrs = Attrs::new()
+            .str("op", "sum")
+            .int("dim", dim_attr(dim))
+            .str("backward", "all_gather");
+        collective("reduce_scatter", x, attrs, group)
+    }
+
     /// Every rank's shard concatenated along `dim` forward; backward reduce-scatters the
     /// gradient with avg, so each rank's shard gets the mean over the group of the whole
     /// gradient (FSDP's unsharding of a parameter, each rank on its own data).

@@ -111,8 +111,7 @@ pub use op::call;
 pub use ops::*;
 pub use output::{
     clear_output, clock, collective_time, device_time, display, display_html, display_svg,
-    exposed_collective_time,
-    peak_flops, DisplayHandle, Displayable, Html, Svg,
+    exposed_collective_time, peak_flops, DisplayHandle, Displayable, Html, Svg,
 };
 pub use tensor::{from_slice, Tensor};
 

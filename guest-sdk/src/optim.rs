@@ -102,7 +102,11 @@ fn load_named(named: Vec<(String, &Tensor)>, state: &[(String, Tensor)]) -> Resu
         }
         pairs.push((*mine, saved));
     }
-    no_grad(|| pairs.iter().try_for_each(|(mine, saved)| mine.set_data(saved)))
+    no_grad(|| {
+        pairs
+            .iter()
+            .try_for_each(|(mine, saved)| mine.set_data(saved))
+    })
 }
 
 /// A 0-d tensor of `value` in `dtype` (0-d operands keep a tensor's dtype).
@@ -397,8 +401,13 @@ impl Optimizer for SGD<'_> {
     }
 
     fn named_state(&self) -> Vec<(String, &Tensor)> {
-        self.schedule
-            .named(|i| self.momentum.get(i).map(|b| ("momentum_buffer", b)).into_iter().collect())
+        self.schedule.named(|i| {
+            self.momentum
+                .get(i)
+                .map(|b| ("momentum_buffer", b))
+                .into_iter()
+                .collect()
+        })
     }
 
     #[track_caller]

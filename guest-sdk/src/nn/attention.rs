@@ -53,13 +53,15 @@ impl Attention {
         layer: usize,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
+        // The whole sequence: under sequence parallelism `x` is this rank's chunk of it, and
+        // the copy into the group gathers it.
+        let x = &self.q_proj.copy_input(x)?;
         let shape = x.shape();
         let (batch, seq) = (shape[0], shape[1]);
         let heads = |t: Tensor, n: i64| -> Result<Tensor> {
             t.view(&[batch, seq, n, self.head_dim])?
                 .transpose_with(TransposeOptions::new().dim0(1).dim1(2))
         };
-        let x = &self.q_proj.copy_input(x)?;
         let q = heads(self.q_proj.forward_copied(x)?, self.num_heads)?;
         let k = heads(self.k_proj.forward_copied(x)?, self.num_kv_heads)?;
         let v = heads(self.v_proj.forward_copied(x)?, self.num_kv_heads)?;

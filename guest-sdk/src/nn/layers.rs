@@ -80,6 +80,11 @@ impl Linear {
     #[track_caller]
     pub fn copy_input(&self, x: &Tensor) -> Result<Tensor> {
         match &self.parallel {
+            Parallel::Colwise {
+                group,
+                sequence_parallel: true,
+                ..
+            } => region::gather_sequence(x, sequence_dim(x)?, group),
             Parallel::Colwise { group, .. } => region::copy_to(x, group),
             _ => x.try_clone(),
         }
@@ -100,6 +105,7 @@ impl Linear {
             Parallel::Colwise {
                 group,
                 gather_output,
+                ..
             } => {
                 let y = add_bias(y)?;
                 if *gather_output {
@@ -109,7 +115,18 @@ impl Linear {
                 }
             }
             // The bias is added once, after the sum of the partial products.
-            Parallel::Rowwise { group } => add_bias(region::reduce_from(&y, group)?),
+            Parallel::Rowwise {
+                group,
+                sequence_parallel: false,
+            } => add_bias(region::reduce_from(&y, group)?),
+            Parallel::Rowwise {
+                group,
+                sequence_parallel: true,
+            } => add_bias(region::reduce_scatter_sequence(
+                &y,
+                sequence_dim(&y)?,
+                group,
+            )?),
         }
     }
 
@@ -146,13 +163,33 @@ pub enum Parallel {
         group: Rc<Group>,
         /// All-gather the output's last dim.
         gather_output: bool,
+        /// The input comes sharded along the sequence (sequence parallelism): all-gathered
+        /// along it, the gradient reduce-scattered back, instead of copied.
+        sequence_parallel: bool,
     },
     /// This rank holds a block of input columns: the input is sharded on its last dim and
     /// the partial outputs are all-reduced (their gradient passes unchanged).
     Rowwise {
         /// The tensor-parallel group.
         group: Rc<Group>,
+        /// Reduce-scatter the partial outputs along the sequence instead (sequence
+        /// parallelism), the gradient all-gathered back.
+        sequence_parallel: bool,
     },
+}
+
+/// The sequence dim of activations `[batch, seq, hidden]` (or `[seq, hidden]`): the one
+/// before the last.
+fn sequence_dim(x: &Tensor) -> Result<usize> {
+    x.rank().checked_sub(2).ok_or_else(|| {
+        crate::error::Error::new(
+            crate::error::ErrorKind::Invalid,
+            format!(
+                "sequence parallelism shards [.., seq, hidden] activations, not {:?}",
+                x.shape()
+            ),
+        )
+    })
 }
 
 /// Rows of a table picked by integer ids, torch's `nn.Embedding`; vocabulary-parallel
@@ -162,6 +199,9 @@ pub struct Embedding {
     pub weight: Param,
     /// The tensor-parallel group and this rank's first row, when the rows are split.
     pub vocab_parallel: Option<(Rc<Group>, i64)>,
+    /// Under sequence parallelism the rows picked on each rank are reduce-scattered along
+    /// the sequence instead of all-reduced: each rank keeps its sequence shard.
+    pub sequence_parallel: bool,
 }
 
 impl Embedding {
@@ -170,6 +210,7 @@ impl Embedding {
         Embedding {
             weight: Param::new(weight),
             vocab_parallel: None,
+            sequence_parallel: false,
         }
     }
 
@@ -196,7 +237,11 @@ impl Embedding {
         let kept = mine
             .unsqueeze(-1)?
             .where_(&picked, &scalar(0.0, weight.dtype())?)?;
-        region::reduce_from(&kept, group)
+        if self.sequence_parallel {
+            region::reduce_scatter_sequence(&kept, sequence_dim(&kept)?, group)
+        } else {
+            region::reduce_from(&kept, group)
+        }
     }
 }
 
@@ -213,6 +258,10 @@ pub struct RmsNorm {
     pub weight: Param,
     /// Added to the mean square.
     pub eps: f64,
+    /// Under sequence parallelism (torch's `SequenceParallel`) each rank normalizes its own
+    /// sequence shard, so the weight's gradient is each rank's part of the whole: the weight
+    /// is copied into this group, whose backward all-reduces that gradient.
+    pub sequence_parallel: Option<Rc<Group>>,
 }
 
 impl RmsNorm {
@@ -221,6 +270,7 @@ impl RmsNorm {
         RmsNorm {
             weight: Param::new(weight),
             eps,
+            sequence_parallel: None,
         }
     }
 
@@ -233,7 +283,11 @@ impl RmsNorm {
             .square()?
             .mean_with(MeanOptions::new().dims(&[-1]).keepdim(1))?;
         let normed = h.mul(&mean_square.add(&scalar(self.eps, DType::F32)?)?.rsqrt()?)?;
-        self.weight.value()?.mul(&in_dtype(&normed, dtype)?)
+        let weight = match &self.sequence_parallel {
+            Some(group) => region::copy_to(&self.weight.value()?, group)?,
+            None => self.weight.value()?,
+        };
+        weight.mul(&in_dtype(&normed, dtype)?)
     }
 }
 

@@ -5,6 +5,8 @@
 //! - [`parallelize`]: q/k/v and gate/up column-wise (each rank holds a block of heads and of
 //!   the MLP's width), o and down row-wise, the embedding vocabulary-parallel, the LM head
 //!   column-wise over the vocabulary with its logits gathered. The norms stay replicated.
+//!   [`parallelize_with`] adds sequence parallelism: the norms and the residual stream
+//!   sharded along the sequence between the blocks.
 //! - [`fully_shard`]: every parameter (a tensor-parallel slice, if cut) sharded on dim 0
 //!   over the group; each forward all-gathers it, each backward reduce-scatters its gradient.
 //!   [`fully_shard_with`] takes FSDP2's mixed-precision policy: gather and compute in
@@ -40,9 +42,15 @@ fn divides(what: &str, n: i64, parts: usize) -> Result<i64> {
     Ok(n / parts)
 }
 
-/// Cuts `linear` column-wise (its output rows) over `group`.
+/// Cuts `linear` column-wise (its output rows) over `group`; its input comes sharded along
+/// the sequence under sequence parallelism.
 #[track_caller]
-fn colwise(linear: &mut Linear, group: &Rc<Group>, gather_output: bool) -> Result<()> {
+fn colwise(
+    linear: &mut Linear,
+    group: &Rc<Group>,
+    gather_output: bool,
+    sequence_parallel: bool,
+) -> Result<()> {
     let rows = linear.out_features();
     let size = divides("a column-parallel layer's out_features", rows, group.size())?;
     let start = group.rank()? as i64 * size;
@@ -53,13 +61,15 @@ fn colwise(linear: &mut Linear, group: &Rc<Group>, gather_output: bool) -> Resul
     linear.parallel = Parallel::Colwise {
         group: group.clone(),
         gather_output,
+        sequence_parallel,
     };
     Ok(())
 }
 
-/// Cuts `linear` row-wise (its input columns) over `group`; the bias stays whole.
+/// Cuts `linear` row-wise (its input columns) over `group`; the bias stays whole. Under
+/// sequence parallelism its output is reduce-scattered along the sequence.
 #[track_caller]
-fn rowwise(linear: &mut Linear, group: &Rc<Group>) -> Result<()> {
+fn rowwise(linear: &mut Linear, group: &Rc<Group>, sequence_parallel: bool) -> Result<()> {
     let cols = linear.in_features();
     let size = divides("a row-parallel layer's in_features", cols, group.size())?;
     linear
@@ -67,15 +77,43 @@ fn rowwise(linear: &mut Linear, group: &Rc<Group>) -> Result<()> {
         .split(group, 1, group.rank()? as i64 * size, size)?;
     linear.parallel = Parallel::Rowwise {
         group: group.clone(),
+        sequence_parallel,
     };
     Ok(())
 }
 
+/// How [`parallelize_with`] cuts the model (torch: the plan's styles).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TensorParallelOptions {
+    /// Megatron's sequence parallelism (torch: `SequenceParallel` on the norms, with
+    /// `ColwiseParallel(input_layouts=Shard(1))` and `RowwiseParallel(output_layouts=
+    /// Shard(1))`): between the blocks each rank holds its `torch.chunk` chunk of the
+    /// sequence, so the norms and the residual stream cost 1/tp of the activations; the
+    /// column-parallel layers all-gather their input along the sequence (its gradient
+    /// reduce-scattered) and the row-parallel ones reduce-scatter their output (its
+    /// gradient all-gathered) in place of TP's all-reduces, and the norms' weight gradients
+    /// are all-reduced over the group.
+    pub sequence_parallel: bool,
+}
+
 /// Applies the Llama tensor-parallel plan over `tp`: each rank keeps its slices as new
 /// leaves (build optimizers after this). Head counts, the MLP's width and the vocabulary
-/// must be multiples of the group's size.
+/// must be multiples of the group's size. As [`parallelize_with`] with the default options
+/// (no sequence parallelism).
 #[track_caller]
 pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
+    parallelize_with(model, tp, TensorParallelOptions::default())
+}
+
+/// [`parallelize`] with `options`.
+#[track_caller]
+pub fn parallelize_with(
+    model: &mut LlamaForCausalLM,
+    tp: &Rc<Group>,
+    options: TensorParallelOptions,
+) -> Result<()> {
+    let sp = options.sequence_parallel;
+    let norm_group = sp.then(|| tp.clone());
     let c = &model.config;
     let n = tp.size();
     divides("num_attention_heads", c.num_attention_heads, n)?;
@@ -85,27 +123,32 @@ pub fn parallelize(model: &mut LlamaForCausalLM, tp: &Rc<Group>) -> Result<()> {
     for layer in &mut model.model.layers {
         let attn = &mut layer.self_attn;
         for proj in [&mut attn.q_proj, &mut attn.k_proj, &mut attn.v_proj] {
-            colwise(proj, tp, false)?;
+            colwise(proj, tp, false, sp)?;
         }
-        rowwise(&mut attn.o_proj, tp)?;
+        rowwise(&mut attn.o_proj, tp, sp)?;
         attn.num_heads /= n as i64;
         attn.num_kv_heads /= n as i64;
-        colwise(&mut layer.mlp.gate_proj, tp, false)?;
-        colwise(&mut layer.mlp.up_proj, tp, false)?;
-        rowwise(&mut layer.mlp.down_proj, tp)?;
+        colwise(&mut layer.mlp.gate_proj, tp, false, sp)?;
+        colwise(&mut layer.mlp.up_proj, tp, false, sp)?;
+        rowwise(&mut layer.mlp.down_proj, tp, sp)?;
+        layer.input_layernorm.sequence_parallel = norm_group.clone();
+        layer.post_attention_layernorm.sequence_parallel = norm_group.clone();
     }
+    model.model.norm.sequence_parallel = norm_group;
     let first = tp.rank()? as i64 * rows;
     let embed = &mut model.model.embed_tokens;
     embed.weight.split(tp, 0, first, rows)?;
     embed.vocab_parallel = Some((tp.clone(), first));
+    embed.sequence_parallel = sp;
     if model.config.tie_word_embeddings {
         model.lm_head.weight = model.model.embed_tokens.weight.tie()?;
         model.lm_head.parallel = Parallel::Colwise {
             group: tp.clone(),
             gather_output: true,
+            sequence_parallel: sp,
         };
     } else {
-        colwise(&mut model.lm_head, tp, true)?;
+        colwise(&mut model.lm_head, tp, true, sp)?;
     }
     Ok(())
 }

@@ -242,7 +242,10 @@ impl Param {
                 empty[0] = chunk;
                 return zeros_with(&empty, ZerosOptions::new().dtype(self.tensor.dtype()));
             }
-            owned(&self.tensor.detach()?.narrow(0, start, length)?, chunk - length)
+            owned(
+                &self.tensor.detach()?.narrow(0, start, length)?,
+                chunk - length,
+            )
         })?;
         self.tensor = mine.requires_grad()?;
         self.shard = Some(Shard {

@@ -6,7 +6,7 @@
 //! neuronlab run sft.wasm --nproc N [--dir-rw OUT] -- --tp T --fsdp F --steps S \
 //!     [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] \
 //!     [--mixed-precision bf16] [--reshard-after-forward true|false] [--eager] \
-//!     [--save-sharded OUT/state] [--resume OUT/state]
+//!     [--sequence-parallel] [--save-sharded OUT/state] [--resume OUT/state]
 //! ```
 //!
 //! `N = T * F` ranks form a `[F, T]` mesh: tensor parallelism inside each `tp` group, FSDP
@@ -23,6 +23,10 @@
 //! reduce_dtype=f32)`: each forward gathers bf16 parameters and computes in bf16, gradients
 //! are reduce-scattered in f32, and AdamW steps the f32 shards. It shards even on one rank, so
 //! that run is the reference for the sharded ones.
+//!
+//! `--sequence-parallel` adds Megatron's sequence parallelism to `--tp`: between the blocks
+//! each rank holds a chunk of the sequence, and TP's all-reduces become all-gathers and
+//! reduce-scatters along it.
 //!
 //! `--eager` runs the one-rank step eagerly, as sharded steps run, instead of compiled.
 //!
@@ -285,6 +289,8 @@ struct Args {
     reshard_after_forward: bool,
     /// Run the one-rank step eagerly instead of compiled.
     eager: bool,
+    /// Megatron's sequence parallelism on top of the tensor parallelism.
+    sequence_parallel: bool,
 }
 
 fn args() -> Result<Args> {
@@ -302,19 +308,27 @@ fn args() -> Result<Args> {
         mixed_precision: None,
         reshard_after_forward: true,
         eager: false,
+        sequence_parallel: false,
     };
     let list = neuronlab::args();
     let mut it = list.iter();
     let bad = |m: String| {
         Error::new(
             ErrorKind::Invalid,
-            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16] [--reshard-after-forward true|false] [--eager]"),
+            format!("{m}\nusage: sft -- --tp T --fsdp F --steps S [--packing wrapped|pad128|none] [--batch B] [--lr LR] [--seed K] [--save OUT/ckpt] [--save-sharded OUT/state] [--resume OUT/state] [--mixed-precision bf16] [--reshard-after-forward true|false] [--eager] [--sequence-parallel]"),
         )
     };
     while let Some(flag) = it.next() {
-        if flag == "--eager" {
-            a.eager = true;
-            continue;
+        match flag.as_str() {
+            "--eager" => {
+                a.eager = true;
+                continue;
+            }
+            "--sequence-parallel" => {
+                a.sequence_parallel = true;
+                continue;
+            }
+            _ => {}
         }
         let mut value = || {
             it.next()
@@ -548,7 +562,10 @@ fn run() -> Result<()> {
     let mut model = LlamaForCausalLM::new(&config, DType::F32, a.seed)?;
     let flops_per_token = flops_per_token(&config, model.num_parameters());
     if a.tp > 1 {
-        parallel::parallelize(&mut model, &tp)?;
+        let options = parallel::TensorParallelOptions {
+            sequence_parallel: a.sequence_parallel,
+        };
+        parallel::parallelize_with(&mut model, &tp, options)?;
     }
     // Under mixed precision even one FSDP rank shards (over itself), so the 1-rank run
     // computes in the same dtypes as the sharded ones it is compared with.
