@@ -48,6 +48,9 @@ pub(crate) struct GradTrace {
     leaves: HashMap<ValueId, Slot>,
     /// Values that require gradients because of an eager graph outside the trace.
     from_eager_graph: HashSet<ValueId>,
+    /// Values that require gradients through an eager op run during the trace (a
+    /// collective): backward cannot reach through them.
+    made_eagerly: HashSet<ValueId>,
     /// Gradients the trace read or wrote.
     grads: HashMap<Slot, GradNow>,
     grad_writes: Vec<Slot>,
@@ -82,6 +85,7 @@ impl GradTrace {
             guards: Vec::new(),
             leaves: HashMap::new(),
             from_eager_graph: HashSet::new(),
+            made_eagerly: HashSet::new(),
             grads: HashMap::new(),
             grad_writes: Vec::new(),
             data_writes: Vec::new(),
@@ -123,6 +127,11 @@ impl GradTrace {
         if let Some(&h) = self.held.get(&tensor_key(t)) {
             self.read(v, Access::Data(Slot::Held(h)), Some(TensorState::of(t)));
             self.note_requires(v, t, Slot::Held(h));
+        } else if t.requires_grad() {
+            // Made during the call by an op that ran eagerly (a collective), with a gradient
+            // of its own: backward will say it cannot reach through it.
+            self.tape.require(v);
+            self.made_eagerly.insert(v);
         }
         v
     }
@@ -255,6 +264,7 @@ impl GradTrace {
     ) -> HostResult<()> {
         let mut wanted: Vec<ValueId> = self.leaves.keys().copied().collect();
         wanted.extend(self.from_eager_graph.iter().copied());
+        wanted.extend(self.made_eagerly.iter().copied());
         wanted.sort();
         let grads =
             self.tape
@@ -280,13 +290,18 @@ impl GradTrace {
         for (&v, g) in wanted.iter().zip(grads) {
             let Some(g) = g else { continue };
             let Some(&slot) = self.leaves.get(&v) else {
-                return Err(Fail(
-                    ErrorCode::Grad,
+                let message = if self.made_eagerly.contains(&v) {
+                    "backward inside a compiled function reached a tensor that a collective \
+                     made during the call: collectives run eagerly, as graph breaks, and a \
+                     compiled training step cannot be split around them; run the step \
+                     without compile (as sharded steps do), or gather outside the function \
+                     and pass the result in"
+                } else {
                     "backward inside a compiled function reached a tensor computed eagerly \
                      before the call; pass the leaves (or a detached tensor) to the function \
                      instead"
-                        .into(),
-                ));
+                };
+                return Err(Fail(ErrorCode::Grad, message.into()));
             };
             let g = op(recorder, "contiguous", &[g])?;
             let total = match self.grad(recorder, slot) {

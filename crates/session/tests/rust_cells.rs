@@ -261,6 +261,42 @@ fn an_interrupt_stops_a_runaway_cell_and_keeps_the_variables() {
 }
 
 #[test]
+fn a_collective_inside_a_compiled_training_step_is_a_clear_error() {
+    let (mut s, _dir) = session();
+    ok(&mut s, "let w = ones(&[4])?.requires_grad()?;");
+    // FSDP's all-gather of the (one-rank) shard inside a compiled step with backward.
+    let (outcome, outputs) = run(
+        &mut s,
+        "let step = compile(\"step\", |x: &[Tensor]| {\n    \
+         let whole = dist::region::unshard(&w, 0, &Group::world())?;\n    \
+         let l = whole.mul(&x[0])?.sum()?;\n    \
+         l.backward()?;\n    \
+         Ok(vec![l.detach()?])\n})?;\n\
+         step.call1(&[&ones(&[4])?])?",
+    );
+    assert_ne!(outcome, Outcome::Ok, "{outputs:?}");
+    let (ename, evalue, _) = error(&outputs);
+    assert_eq!(ename, "GradError", "{evalue}");
+    assert!(
+        evalue.contains("reached a tensor that a collective made during the call")
+            && evalue.contains("run the step without compile"),
+        "{evalue}"
+    );
+    // The same step run eagerly works, and `w` survived.
+    let out = ok(
+        &mut s,
+        "let whole = dist::region::unshard(&w, 0, &Group::world())?;\n\
+         whole.mul(&ones(&[4])?)?.sum()?.backward()?;\n\
+         w.grad()?.unwrap().to_vec::<f32>()?",
+    );
+    assert_eq!(
+        result(&out).as_deref(),
+        Some("[1.0, 1.0, 1.0, 1.0]"),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn a_cell_runs_as_ranks_and_rank_0_keeps_its_bindings() {
     let (mut s, _dir) = session();
     let out = ok(
