@@ -97,12 +97,9 @@ impl Param {
     /// prefetched one, if [`Param::prefetch`] gathered it in the same grad mode).
     #[track_caller]
     pub fn value(&self) -> Result<Tensor> {
-        match &self.shard {
-            None => self.tensor.try_clone(),
-            Some(_) => match self.prefetched.borrow_mut().take() {
-                Some((whole, grad)) if grad == crate::autograd::is_grad_enabled() => Ok(whole),
-                _ => self.gather(),
-            },
+        match self.prefetched.borrow_mut().take() {
+            Some((whole, grad)) if grad == crate::autograd::is_grad_enabled() => Ok(whole),
+            _ => self.gather(),
         }
     }
 
@@ -119,7 +116,7 @@ impl Param {
         Ok(())
     }
 
-    /// The all-gathered whole of a sharded parameter, in the policy's dtypes.
+    /// The leaf, or the all-gathered whole of a sharded parameter in the policy's dtypes.
     #[track_caller]
     fn gather(&self) -> Result<Tensor> {
         match &self.shard {

@@ -21,6 +21,7 @@
 use std::time::Instant;
 
 use neuronlab_core::events::fmt::{bytes, duration};
+use neuronlab_sandbox::GuestModule;
 use neuronlab_session::launch::RunRequest;
 use neuronlab_session::Session;
 
@@ -50,19 +51,16 @@ struct Run {
     resident: u64,
 }
 
-/// Runs `sft.wasm` on `world`'s ranks for `steps` steps; `baseline` is the resident set
+/// Runs `module` (sft) on `world`'s ranks for `steps` steps; `baseline` is the resident set
 /// before any run.
 fn run_sft(
     s: &mut Session,
+    module: &GuestModule,
     world: (u32, u32, u32, bool),
     steps: usize,
     baseline: u64,
 ) -> Result<Run, String> {
     let (nproc, tp, fsdp, eager) = world;
-    let dir = crate::tour::experiments_dir(None)?;
-    let module = s
-        .load_module(&dir.join("sft/sft.wasm"))
-        .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let guest_args: Vec<String> = [
         "--tp",
         &tp.to_string(),
@@ -89,7 +87,7 @@ fn run_sft(
     reset_resident_peak()?;
     let start = Instant::now();
     let report = s
-        .run_module(&module, &request, &mut |_| {})
+        .run_module(module, &request, &mut |_| {})
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let seconds = start.elapsed().as_secs_f64();
     if let Some(failure) = report.failures().first() {
@@ -144,13 +142,17 @@ fn reset_resident_peak() -> Result<(), String> {
 /// Runs and prints the table.
 pub fn run() -> Result<(), String> {
     let mut s = Session::from_env()?;
+    let dir = crate::tour::experiments_dir(None)?;
+    let module = s
+        .load_module(&dir.join("sft/sft.wasm"))
+        .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let baseline = resident_now()?;
     let mut rows = Vec::new();
     for world in WORLDS {
         let label = label(world);
         eprintln!("{NAME}: {label}: {SHORT} and {LONG} steps...");
-        let short = run_sft(&mut s, world, SHORT, baseline)?;
-        let long = run_sft(&mut s, world, LONG, baseline)?;
+        let short = run_sft(&mut s, &module, world, SHORT, baseline)?;
+        let long = run_sft(&mut s, &module, world, LONG, baseline)?;
         let step = (long.seconds - short.seconds) / (LONG - SHORT) as f64;
         rows.push((label, step, long));
     }

@@ -352,6 +352,21 @@ pub(super) mod tests {
         }
     }
 
+    /// An all-reduce of `us` modeled microseconds on `core`.
+    pub(in crate::magics) fn collective(core: u32, us: f64) -> Event {
+        Event {
+            kind: EventKind::Collective(CollectiveEvent {
+                op: "all_reduce".into(),
+                group: vec![0, 1],
+                mesh_dim: None,
+                bytes: 64,
+                host_us: 1.0,
+                modeled_us: us,
+            }),
+            ..op(core, "all_reduce", 0.0)
+        }
+    }
+
     /// An op that backward ran, of `us` modeled microseconds on `core`.
     pub(in crate::magics) fn backward(core: u32, name: &str, us: f64) -> Event {
         let mut event = op(core, name, us);
@@ -363,25 +378,12 @@ pub(super) mod tests {
 
     #[test]
     fn rows_are_scaled_to_the_busiest_core() {
-        let mut events = vec![
+        let events = vec![
             op(0, "matmul", 60.0),
             op(0, "add", 10.0),
             op(0, "reshape", 0.0),
+            collective(1, 35.0),
         ];
-        events.push(Event {
-            seq: 0,
-            ts_us: 0.0,
-            device_us: None,
-            core: CoreId(1),
-            kind: EventKind::Collective(CollectiveEvent {
-                op: "all_reduce".into(),
-                group: vec![0, 1],
-                mesh_dim: None,
-                bytes: 64,
-                host_us: 1.0,
-                modeled_us: 35.0,
-            }),
-        });
         let text = render(&events).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert!(
@@ -422,18 +424,9 @@ pub(super) mod tests {
             e.device_us = Some(us);
             e
         };
-        let mut all_reduce = op(0, "all_reduce", 0.0);
-        all_reduce.kind = EventKind::Collective(CollectiveEvent {
-            op: "all_reduce".into(),
-            group: vec![0, 1],
-            mesh_dim: None,
-            bytes: 64,
-            host_us: 1.0,
-            modeled_us: 20.0,
-        });
         let events = vec![
             at(op(0, "matmul", 40.0), 100.0),
-            at(all_reduce, 110.0),
+            at(collective(0, 20.0), 110.0),
             at(op(0, "add", 10.0), 140.0),
         ];
         let text = render(&events).unwrap();

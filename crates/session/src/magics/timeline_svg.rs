@@ -231,9 +231,7 @@ fn legend(ranked: &[Ranked]) -> Vec<(RGBColor, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::magics::timeline::tests::{backward, op};
-    use neuronlab_core::device::CoreId;
-    use neuronlab_core::events::{CollectiveEvent, EventKind};
+    use crate::magics::timeline::tests::{backward, collective, op};
 
     /// Checks that every tag of `svg` is closed in order (a tiny well-formedness check), and
     /// returns its `<text>` elements: the `y` attribute and the text.
@@ -260,23 +258,6 @@ mod tests {
         }
         assert!(stack.is_empty(), "unclosed: {stack:?}");
         texts
-    }
-
-    fn collective(core: u32, us: f64) -> Event {
-        Event {
-            seq: 0,
-            ts_us: 0.0,
-            device_us: None,
-            core: CoreId(core),
-            kind: EventKind::Collective(CollectiveEvent {
-                op: "all_reduce".into(),
-                group: vec![0, 1],
-                mesh_dim: None,
-                bytes: 64,
-                host_us: 1.0,
-                modeled_us: us,
-            }),
-        }
     }
 
     #[test]
