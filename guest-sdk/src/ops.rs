@@ -1232,6 +1232,79 @@ impl GeluOptions {
 }
 
 impl Tensor {
+    /// gelu's backward: grad \* d/dx gelu(x), exact or with approximate='tanh' (broadcast).
+    ///
+    /// Attributes with defaults keep them; [`Tensor::gelu_backward_with`] sets them.
+    ///
+    /// Op `gelu_backward` (elementwise): `gelu_backward(grad, x; approximate: str = 'none') -> out`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let out = grad.gelu_backward(&x)?;
+    /// ```
+    #[track_caller]
+    pub fn gelu_backward(&self, x: &Tensor) -> Result<Tensor> {
+        self.gelu_backward_with(x, GeluBackwardOptions::new())
+    }
+
+    /// gelu's backward: grad \* d/dx gelu(x), exact or with approximate='tanh' (broadcast).
+    ///
+    /// Sets the attributes that have defaults through [`GeluBackwardOptions`].
+    ///
+    /// Op `gelu_backward` (elementwise): `gelu_backward(grad, x; approximate: str = 'none') -> out`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let options = GeluBackwardOptions::new().approximate(approximate);
+    /// let out = grad.gelu_backward_with(&x, options)?;
+    /// ```
+    #[track_caller]
+    pub fn gelu_backward_with(&self, x: &Tensor, options: GeluBackwardOptions) -> Result<Tensor> {
+        static OP: Op = Op::new("gelu_backward");
+        OP.call(&[self, x], options.attrs())
+    }
+}
+
+/// Options of [`Tensor::gelu_backward_with`]: the attributes of `gelu_backward` that have defaults.
+///
+/// An option left unset takes the host's default.
+///
+/// # Example
+///
+/// ```ignore
+/// let options = GeluBackwardOptions::new().approximate(approximate);
+/// let out = grad.gelu_backward_with(&x, options)?;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GeluBackwardOptions {
+    approximate: Option<String>,
+}
+
+impl GeluBackwardOptions {
+    /// No options set: every attribute takes its default.
+    pub fn new() -> GeluBackwardOptions {
+        GeluBackwardOptions::default()
+    }
+
+    /// Sets `approximate`: `approximate: str = 'none'`, one of `none`, `tanh`.
+    #[must_use]
+    pub fn approximate(mut self, approximate: &str) -> GeluBackwardOptions {
+        self.approximate = Some(approximate.to_string());
+        self
+    }
+
+    fn attrs(&self) -> Attrs {
+        let mut attrs = Attrs::new();
+        if let Some(value) = &self.approximate {
+            attrs = attrs.str("approximate", value);
+        }
+        attrs
+    }
+}
+
+impl Tensor {
     /// negation, -x.
     ///
     /// Op `neg` (elementwise): `neg(x) -> out`

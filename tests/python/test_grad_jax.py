@@ -20,6 +20,7 @@ How it works:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import zlib
@@ -82,6 +83,13 @@ def _cross_entropy(at, logits, target):
     if reduction == "sum":
         return loss.sum()
     return loss.sum() / keep.sum()
+
+
+def _gelu_backward(at, grad, x):
+    dtype = jnp.result_type(grad, x, jnp.float32)  # integer operands compute as floats
+    grad, x = jnp.broadcast_arrays(grad.astype(dtype), x.astype(dtype))
+    gelu = functools.partial(jax.nn.gelu, approximate=at.get("approximate", "none") == "tanh")
+    return jax.vjp(gelu, x)[1](grad)[0]
 
 
 def _slice(x, at):
@@ -178,6 +186,7 @@ JAX_FUNCTIONS = {
     "cos": lambda at, x: jnp.cos(x),
     "erf": lambda at, x: jax.scipy.special.erf(x),
     "gelu": lambda at, x: jax.nn.gelu(x, approximate=at.get("approximate", "none") == "tanh"),
+    "gelu_backward": _gelu_backward,
     "neg": lambda at, x: -x,
     "abs": lambda at, x: jnp.abs(x),
     "relu": lambda at, x: jax.nn.relu(x),

@@ -906,6 +906,36 @@ def _gelu(x, attrs):
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
 
 
+def _gelu_slope(x, attrs):
+    """d/dx gelu(x), with its limits at +-inf (1 and 0)."""
+    with np.errstate(all="ignore"):
+        if attrs.get("approximate", "none") == "tanh":
+            k = math.sqrt(2 / math.pi)
+            t = np.tanh(k * (x + 0.044715 * x**3))
+            slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+        else:
+            slope = 0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        return np.where(np.isinf(x), (x > 0).astype(np.float64), slope)
+
+
+def ref_gelu_backward(case, grad, x):
+    out = to_float(binary_type(case))
+    grad, x = round_to(grad, out), round_to(x, out)
+    with np.errstate(all="ignore"):
+        return Expect(grad * _gelu_slope(x, case.attrs), out)
+
+
+def gen_variants(gen, variants):
+    """`gen`'s calls, each with every attribute variant."""
+
+    def variant_gen(rng, large) -> Calls:
+        for inputs, attrs in gen(rng, large):
+            for v in variants:
+                yield inputs, dict(attrs, **v)
+
+    return variant_gen
+
+
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
@@ -1236,6 +1266,11 @@ CHECKS: dict[str, OpCheck | RandomCheck] = {
     "gelu": OpCheck(
         gen_unary(lo=-6, hi=6, attrs=({}, {"approximate": "none"}, {"approximate": "tanh"})),
         ref_unary_float(_gelu),
+        "transcendental",
+    ),
+    "gelu_backward": OpCheck(
+        gen_variants(gen_binary(lo=-6, hi=6), ({}, {"approximate": "tanh"})),
+        ref_gelu_backward,
         "transcendental",
     ),
     # elementwise, keeping the dtype

@@ -303,3 +303,32 @@ fn a_saved_view_of_a_storage_with_a_recipe_is_made_again_for_backward_not_kept()
     );
     assert_eq!((px, pw), (gx, gw), "the same gradients, bit for bit");
 }
+
+#[test]
+fn gelus_backward_is_one_kernel_and_allocates_only_the_gradient() {
+    for approximate in ["none", "tanh"] {
+        let rt = rt();
+        let core = rt.default_device();
+        let values: Vec<f32> = (0..4096).map(|i| (i as f32 - 2048.0) / 512.0).collect();
+        let x = leaf(&rt, &values, &[64, 64]);
+        let mode = Attrs::new().with("approximate", approximate);
+        let y = rt.call1("gelu", &[&x], &mode).unwrap();
+        let seed = f32s(&rt, &[1.0; 4096], &[64, 64]);
+        let before = rt.bus().events().len();
+        rt.memory().reset_peak(core).unwrap();
+        let held = rt.memory().stats(core).unwrap().in_use;
+        backward(&rt, &[y], &[Some(seed)], false).unwrap();
+        let ops: Vec<String> = rt.bus().events()[before..]
+            .iter()
+            .filter_map(|e| match &e.kind {
+                // The leaf's gradient is stored contiguous, a step of its own.
+                EventKind::Op(op) if op.name != "contiguous" => Some(op.name.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ops, ["gelu_backward"], "{approximate}");
+        // The formula as separate ops would hold several x-sized intermediates at once.
+        let extra = rt.memory().stats(core).unwrap().peak - held;
+        assert_eq!(extra, 4096 * 4, "{approximate}: only the gradient");
+    }
+}

@@ -458,48 +458,49 @@ fn one(t: Result<Tensor>) -> Result<Grads> {
     Ok(vec![Some(t?)])
 }
 
-/// GELU's derivative, exact or of the tanh approximation.
+/// The `approximate` attribute of gelu or gelu_backward, for the ops its formulas call.
+fn gelu_mode(v: &Vjp) -> Attrs {
+    Attrs::new().with("approximate", v.attrs().str("approximate"))
+}
+
+/// gelu's backward is one registry op, so backward holds no full-size intermediates.
 fn gelu(v: &Vjp) -> Result<Grads> {
-    let x = v.x(0)?;
-    let dt = x.dtype();
-    let d = if v.attrs().str("approximate") == "tanh" {
-        // u = k (x + c x^3), d/dx [x/2 (1 + tanh u)] = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2)
-        let k = (2.0 / std::f64::consts::PI).sqrt();
-        let c = 0.044715;
-        // Each full-size intermediate is dropped after its last use, so backward holds about
-        // four of them at once rather than all nine.
-        let one = v.scalar(1.0, dt)?;
+    one(v.op("gelu_backward", &[v.g(), v.x(0)?], gelu_mode(v)))
+}
+
+/// gelu_backward(grad, x) = grad * gelu'(x): its gradients are gelu_backward of the incoming
+/// gradient (for grad) and the incoming gradient times grad times gelu''(x) (for x).
+fn gelu_backward(v: &Vjp) -> Result<Grads> {
+    let (grad, x) = (v.x(0)?, v.x(1)?);
+    let dgrad = v.when(0, || v.op("gelu_backward", &[v.g(), x], gelu_mode(v)))?;
+    let dx = v.when(1, || {
+        let dt = x.dtype();
         let x2 = v.mul(x, x)?;
-        let t = {
-            let inner = v.add(x, &v.scale(&v.mul(&x2, x)?, c)?)?;
-            v.unary("tanh", &v.scale(&inner, k)?)?
+        let curvature = if v.attrs().str("approximate") == "tanh" {
+            // u = k (x + c x^3): gelu'' = (1 - t^2) (u' - x t u'^2 + x u'' / 2), t = tanh u.
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let c = 0.044715;
+            let one = v.scalar(1.0, dt)?;
+            let u = v.scale(&v.add(x, &v.scale(&v.mul(&x2, x)?, c)?)?, k)?;
+            let t = v.unary("tanh", &u)?;
+            let du = v.scale(&v.add(&one, &v.scale(&x2, 3.0 * c)?)?, k)?;
+            let sech2 = v.sub(&one, &v.mul(&t, &t)?)?;
+            let bend = v.sub(
+                &v.add(&du, &v.scale(&x2, 3.0 * k * c)?)?,
+                &v.mul(&v.mul(x, &t)?, &v.mul(&du, &du)?)?,
+            )?;
+            v.mul(&sech2, &bend)?
+        } else {
+            // phi(x) (2 - x^2)
+            let pdf = v.scale(
+                &v.unary("exp", &v.scale(&x2, -0.5)?)?,
+                1.0 / (2.0 * std::f64::consts::PI).sqrt(),
+            )?;
+            v.mul(&pdf, &v.sub(&v.scalar(2.0, dt)?, &x2)?)?
         };
-        let du = v.scale(&v.add(&one, &v.scale(&x2, 3.0 * c)?)?, k)?;
-        drop(x2);
-        let sech2 = v.sub(&one, &v.mul(&t, &t)?)?;
-        let left = v.scale(&v.add(&one, &t)?, 0.5)?;
-        drop(t);
-        let sd = v.mul(&sech2, &du)?;
-        drop((sech2, du));
-        let right = v.mul(&v.scale(x, 0.5)?, &sd)?;
-        drop(sd);
-        v.add(&left, &right)?
-    } else {
-        // Phi(x) + x phi(x)
-        let cdf = v.scale(
-            &v.add(
-                &v.scalar(1.0, dt)?,
-                &v.unary("erf", &v.scale(x, std::f64::consts::FRAC_1_SQRT_2)?)?,
-            )?,
-            0.5,
-        )?;
-        let pdf = v.scale(
-            &v.unary("exp", &v.scale(&v.mul(x, x)?, -0.5)?)?,
-            1.0 / (2.0 * std::f64::consts::PI).sqrt(),
-        )?;
-        v.add(&cdf, &v.mul(x, &pdf)?)?
-    };
-    one(v.mul(v.g(), &d))
+        v.mul(&v.mul(v.g(), grad)?, &curvature)
+    })?;
+    Ok(vec![dgrad, dx])
 }
 
 /// torch's maximum/minimum: the gradient goes to the larger (smaller) operand, half to each
@@ -1094,6 +1095,13 @@ static TABLE: &[(&str, Derivative)] = &[
         Derivative::Vjp {
             saves: INPUTS,
             vjp: gelu,
+        },
+    ),
+    (
+        "gelu_backward",
+        Derivative::Vjp {
+            saves: INPUTS,
+            vjp: gelu_backward,
         },
     ),
     (

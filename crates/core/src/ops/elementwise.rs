@@ -221,6 +221,110 @@ fn gelu_block(a: &PointwiseArgs) -> KResult1 {
     }))
 }
 
+// gelu's backward as one kernel, as torch's gelu_backward: training then holds one gradient
+// over the activation instead of the derivative formula's intermediates.
+static GELU_BACKWARD_INPUTS: &[InputSpec] = &[InputSpec::tensor("grad"), InputSpec::tensor("x")];
+
+/// d/dx gelu(x), exact: Phi(x) + x phi(x); at +-inf its limits, 1 and 0 (torch's formula
+/// gives NaN there).
+#[inline(always)]
+fn gelu_erf_slope<F: MathExt>(x: F) -> F {
+    let cdf = F::c(0.5) * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+    let pdf = (F::c(-0.5) * x * x).vexp() * F::c(0.398_942_280_401_432_7);
+    // Where the density underflows, x phi(x) is 0 (its limit at +-inf, not inf * 0).
+    let tail = if pdf == F::zero() { F::zero() } else { x * pdf };
+    cdf + tail
+}
+
+/// d/dx gelu(x) with approximate='tanh': (1 + tanh u) / 2 + x / 2 (1 - tanh^2 u) u'.
+#[inline(always)]
+fn gelu_tanh_slope<F: MathExt>(x: F) -> F {
+    // With e = e^(-2|u|), (1 + tanh u) / 2 = sigmoid(2u) and 1 - tanh^2 u = 4e / (1 + e)^2:
+    // one exponential, which never overflows, and no cancellation where tanh u nears -1.
+    let k = F::c(0.797_884_560_802_865_4);
+    let x2 = x * x;
+    let u = k * (x + F::c(0.044715) * x2 * x);
+    let e = (F::c(-2.0) * u.abs()).vexp();
+    let r = F::one() / (F::one() + e);
+    let half_one_plus_t = if u < F::zero() { e * r } else { r };
+    // Where e underflows, the second term is 0 (its limit), even once x^2 overflows.
+    let tail = if e == F::zero() {
+        F::zero()
+    } else {
+        let du = k * (F::one() + F::c(3.0 * 0.044715) * x2);
+        F::c(2.0) * x * e * r * r * du
+    };
+    half_one_plus_t + tail
+}
+
+/// A float function of a gradient and the op's input: a backward kernel's element function.
+trait BackwardFn {
+    fn apply<F: MathExt>(grad: F, x: F) -> F;
+}
+
+struct GeluErfBackward;
+impl BackwardFn for GeluErfBackward {
+    #[inline(always)]
+    fn apply<F: MathExt>(grad: F, x: F) -> F {
+        grad * gelu_erf_slope(x)
+    }
+}
+
+struct GeluTanhBackward;
+impl BackwardFn for GeluTanhBackward {
+    #[inline(always)]
+    fn apply<F: MathExt>(grad: F, x: F) -> F {
+        grad * gelu_tanh_slope(x)
+    }
+}
+
+/// `O` on a float storage type: widened, computed, rounded once.
+#[inline(always)]
+fn lifted_backward<T: FloatElem, O: BackwardFn>(grad: T, x: T) -> T {
+    T::down(O::apply(grad.up(), x.up()))
+}
+
+fn infer_gelu_backward(a: &MetaArgs) -> Result<Vec<TensorMeta>, String> {
+    let (g, x) = (&a.inputs[0], &a.inputs[1]);
+    let shape = broadcast_shapes(&g.shape, &x.shape).map_err(|e| e.0)?;
+    Ok(vec![TensorMeta::new(shape, promoted(g, x).to_float())])
+}
+
+fn gelu_backward_kernel(a: &KernelArgs) -> KernelResult {
+    let out = &a.outputs[0];
+    let g = as_dtype(a.inputs[0], out.dtype);
+    let x = as_dtype(a.inputs[1], out.dtype);
+    let tanh = a.attrs.str("approximate") == "tanh";
+    Ok(smallvec![
+        with_float!(out.dtype, T => T::into_buffer(if tanh {
+            map2(&g, &x, &out.shape, lifted_backward::<T, GeluTanhBackward>)
+        } else {
+            map2(&g, &x, &out.shape, lifted_backward::<T, GeluErfBackward>)
+        }))
+    ])
+}
+
+fn gelu_backward_block(a: &PointwiseArgs) -> KResult1 {
+    let tanh = a.attrs.str("approximate") == "tanh";
+    Ok(with_float!(a.output, T => if tanh {
+        block2(a, lifted_backward::<T, GeluTanhBackward>)
+    } else {
+        block2(a, lifted_backward::<T, GeluErfBackward>)
+    }))
+}
+
+fn backward_tile<O: BackwardFn>(grad: &[f32], x: &[f32], out: &mut [f32]) {
+    tile2(grad, x, out, lifted_backward::<f32, O>)
+}
+
+fn gelu_backward_f32_tile(attrs: &ResolvedAttrs) -> Option<F32Tile> {
+    Some(F32Tile::Binary(if attrs.str("approximate") == "tanh" {
+        backward_tile::<GeluTanhBackward>
+    } else {
+        backward_tile::<GeluErfBackward>
+    }))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unary ops that keep the dtype (ints included).
 
@@ -809,6 +913,23 @@ pub fn defs() -> Vec<OpDef> {
             operands: operands_as_output,
             block: gelu_block,
             f32_tile: gelu_f32_tile,
+        }),
+        rowwise: None,
+    });
+    defs.push(OpDef {
+        name: "gelu_backward",
+        doc: "gelu's backward: grad * d/dx gelu(x), exact or with approximate='tanh' (broadcast)",
+        group: OpGroup::Elementwise,
+        inputs: GELU_BACKWARD_INPUTS,
+        attrs: GELU_ATTRS,
+        outputs: OUT,
+        infer: infer_gelu_backward,
+        exec: Exec::Compute(gelu_backward_kernel),
+        cost: |a, o| streaming_cost(a, o, 1.0, Engine::Scalar),
+        pointwise: Some(Pointwise {
+            operands: operands_arith,
+            block: gelu_backward_block,
+            f32_tile: gelu_backward_f32_tile,
         }),
         rowwise: None,
     });
