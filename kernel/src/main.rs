@@ -10,9 +10,9 @@ use neuronlab_kernel::install::{self, Place};
 use neuronlab_kernel::server;
 use neuronlab_session::{Output, Session};
 
-// The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
+// The front ends run on mimalloc: see "The front ends run on mimalloc" in ARCHITECTURE.md.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: neuronlab_session::allocator::MiMalloc = neuronlab_session::allocator::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -73,6 +73,7 @@ impl Location {
 }
 
 fn main() -> ExitCode {
+    neuronlab_session::allocator::keep_freed_memory();
     let cli = Cli::parse();
     let result = match (cli.command, cli.connection_file) {
         (

@@ -21,9 +21,9 @@ use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::Limits;
 use neuronlab_session::toolchain::{self, Toolchain};
 
-// The front ends run on mimalloc: see "Allocator" in ARCHITECTURE.md.
+// The front ends run on mimalloc: see "The front ends run on mimalloc" in ARCHITECTURE.md.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: neuronlab_session::allocator::MiMalloc = neuronlab_session::allocator::MiMalloc;
 
 /// An interactive lab for the eager Neuron tensor runtime, simulated on the CPU.
 ///
@@ -178,6 +178,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    neuronlab_session::allocator::keep_freed_memory();
     let cli = Cli::parse();
     let Some(command) = cli.command else {
         return exit(repl::run());

@@ -21,6 +21,7 @@
 
 pub mod toolchain;
 
+pub mod allocator;
 pub mod cell;
 pub mod complete;
 mod convert;
