@@ -12,6 +12,7 @@ use wasmtime::{
 
 use super::abi::{self, context::GuestState};
 use super::cache::{ModuleCache, ModuleSource};
+use super::function_cache::FunctionCache;
 use super::guest_error::{frame_name, GuestError, GuestErrorKind};
 use super::guest_output::OutputSink;
 use super::limits::Limits;
@@ -103,6 +104,14 @@ impl Sandbox {
         config.epoch_interruption(true);
         config.max_wasm_stack(Limits::default().wasm_stack_bytes);
         config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+        config
+            .enable_incremental_compilation(Arc::new(FunctionCache::default()))
+            .map_err(|e| {
+                GuestError::new(
+                    GuestErrorKind::Host,
+                    format!("cannot set up wasmtime's function cache: {e}"),
+                )
+            })?;
         let engine = Engine::new(&config).map_err(|e| {
             GuestError::new(GuestErrorKind::Host, format!("cannot start wasmtime: {e}"))
         })?;

@@ -25,6 +25,7 @@ mod attr_codec;
 mod cache;
 mod collective_grad;
 mod compile_state;
+mod function_cache;
 mod grad_trace;
 mod guest;
 mod guest_error;

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +121,28 @@ impl Toolchain {
             .then_some(Toolchain::DebianBuildStd { cargo, rustc })
     }
 
+    /// The linker for Debian's route, found once per process (at the first build, so finding
+    /// a toolchain stays quick). Debian's `wasm-ld` (LLD 14) loads libLLVM at every start,
+    /// about 20 ms of each cell's build; the `rust-lld` of a rustup toolchain (a newer LLD,
+    /// which links older LLVM's wasm objects) starts in a few, and linked a small cell in
+    /// 26 ms against wasm-ld's 41. So a `rust-lld` under the sysroot of the `rustc` on PATH is
+    /// preferred, and `wasm-ld` is the fallback.
+    fn wasm_linker() -> &'static Path {
+        static LINKER: OnceLock<PathBuf> = OnceLock::new();
+        LINKER.get_or_init(|| {
+            output_of(Command::new("rustc").args(["--print", "sysroot"]))
+                .and_then(|sysroot| {
+                    let rustlib = Path::new(&sysroot).join("lib/rustlib");
+                    std::fs::read_dir(rustlib)
+                        .ok()?
+                        .flatten()
+                        .map(|host| host.path().join("bin/rust-lld"))
+                        .find(|lld| lld.is_file())
+                })
+                .unwrap_or_else(|| PathBuf::from("wasm-ld"))
+        })
+    }
+
     /// A one-line description, for progress messages.
     pub fn describe(&self) -> String {
         match self {
@@ -152,7 +175,11 @@ impl Toolchain {
                 ])
                 .env("RUSTC", rustc)
                 .env("RUSTC_BOOTSTRAP", "1")
-                .env("RUSTFLAGS", "-C linker=wasm-ld");
+                // Encoded (one flag per \x1f-separated field), so a path with spaces stays one.
+                .env(
+                    "CARGO_ENCODED_RUSTFLAGS",
+                    format!("-Clinker={}", Toolchain::wasm_linker().display()),
+                );
                 c
             }
         };

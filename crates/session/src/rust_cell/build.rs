@@ -62,8 +62,9 @@ pub fn write_crate(dir: &Path, sdk_dir: &Path, generated: &Generated) -> Result<
          [package]\nname = \"{package}\"\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
          [lib]\ncrate-type = [\"cdylib\"]\npath = \"src/lib.rs\"\n\n\
          [dependencies]\nneuronlab = {{ path = {sdk:?} }}\n\n\
-         # Cells are built often and run little: favour build time.\n\
-         [profile.release]\nopt-level = 1\ndebug = false\nlto = false\npanic = \"abort\"\n\
+         # Cells are built often and run little: favour build time (lto = \"off\" also skips\n\
+         # the ThinLTO pass over the codegen units that `false` keeps).\n\
+         [profile.release]\nopt-level = 1\ndebug = false\nlto = \"off\"\npanic = \"abort\"\n\
          incremental = true\ncodegen-units = 16\n\n\
          [workspace]\n",
         sdk = sdk_dir.display().to_string()
