@@ -90,7 +90,13 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     renderer.finish();
     // Every process waits here for the others before MPI shuts down; when one does not
     // answer, MPI cannot shut down, and the launch is aborted once this one has reported.
-    let stranded = processes.filter(|p| !p.finish(collective_timeout));
+    // An interrupted process waits briefly: mpirun kills the survivors of a process that
+    // died a second after interrupting them, and their report must come out first.
+    let patience = match session.interrupter().requested() {
+        true => INTERRUPTED_FINISH.min(collective_timeout),
+        false => collective_timeout,
+    };
+    let stranded = processes.filter(|p| !p.finish(patience));
     let result = report_run(report, shows, &session, &options);
     if let Some(p) = stranded {
         if let Err(e) = &result {
@@ -158,6 +164,10 @@ fn processes() -> Result<Option<Launched>, String> {
         Err(_) => Ok(None),
     }
 }
+
+/// How long an interrupted process waits for the others to finish before it reports and
+/// aborts the launch.
+const INTERRUPTED_FINISH: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// A launch ended with SIGTERM (a scheduler's cancel, or a user's `kill`) interrupts the
 /// ranks as Ctrl-C does, so their collectives fail naming the ranks that never arrived and

@@ -148,10 +148,16 @@ def kill_mid_run(*mpirun_options: str) -> tuple[subprocess.CompletedProcess, flo
 
 def test_a_killed_process_ends_the_launch_without_a_hang():
     """Plain mpirun ends the job when a process dies and exits non-zero, naming the MPI
-    process; neuronlab said at the start which ranks that process ran."""
+    process. It interrupts the survivors and kills them a second later: before that, process
+    0 reports that its ranks were waiting for the dead process's ranks, and that process 1's
+    ranks never reported."""
     r, took = kill_mid_run()
     assert r.returncode != 0, r.stderr
     assert "process 1 runs ranks 2-3" in r.stderr and "process rank 1" in r.stderr, r.stderr
+    # Either of the dead process's ranks may have reached the last barrier before it died.
+    assert re.search(r"ranks 0, 1: Interrupted: the guest was interrupted while waiting in "
+                     r"barrier #\d+ on group \[0, 1, 2, 3\] for rank\(s\) (2|3|2, 3)\n", r.stderr), r.stderr
+    assert "ranks 2, 3: Interrupted: process 1 (ranks 2-3) had not reported" in r.stderr, r.stderr
     assert took < 30
 
 

@@ -740,9 +740,14 @@ impl RankComm {
             if let Some(outcome) = &meeting.outcome {
                 let outcome = outcome.clone();
                 if outcome.is_err() && self.interrupted() {
-                    return Err(Error::Cancelled(format!(
-                        "interrupted while waiting in {what}"
-                    )));
+                    let missing = meeting.missing(group);
+                    return Err(Error::Cancelled(match missing.is_empty() {
+                        true => format!("interrupted while waiting in {what}"),
+                        false => format!(
+                            "interrupted while waiting in {what} for rank(s) {}",
+                            list(&missing)
+                        ),
+                    }));
                 }
                 if outcome.is_ok() {
                     meeting.collected += 1;
@@ -769,7 +774,8 @@ impl RankComm {
                 )));
                 world.changed.notify_all();
                 return Err(Error::Cancelled(format!(
-                    "interrupted while waiting in {what}"
+                    "interrupted while waiting in {what} for rank(s) {}",
+                    list(&missing)
                 )));
             }
             let gone: Vec<String> = missing

@@ -595,9 +595,24 @@ impl Guest {
             other => other,
         };
         let reported = self.store.data_mut().reported.take();
+        let cancelled_call = match self.error_in_last_call() {
+            Some((ErrorCode::Cancelled, message)) => Some(message.to_string()),
+            _ => None,
+        };
         let result = result.map_err(|mut e| {
             if e.kind == GuestErrorKind::Trap {
                 e.reported = reported;
+            }
+            // Interrupted inside a host call (a collective it waited in): what that call was
+            // doing, which names the ranks a collective still waited for.
+            if e.kind == GuestErrorKind::Interrupted {
+                if let Some(call) = cancelled_call {
+                    let call = call.strip_prefix("cancelled: ").unwrap_or(&call);
+                    e.message = match call.strip_prefix("interrupted ") {
+                        Some(rest) => format!("the guest was interrupted {rest}"),
+                        None => format!("{}: {call}", e.message),
+                    };
+                }
             }
             if e.message == ABORTED && e.reported.is_none() && self.store.data().wrote_stderr {
                 e.message.push_str(

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Shared;
 use crate::{
@@ -84,6 +84,14 @@ impl SpmdInterrupt {
             handle.interrupt();
         }
         state.ranks.push(handle);
+    }
+
+    /// Whether [`SpmdInterrupt::interrupt`] was called.
+    fn requested(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .requested
     }
 }
 
@@ -214,24 +222,38 @@ pub fn launch(
         return Ok(Vec::new());
     }
     let mut all = results;
-    gather(&mut all, &done, &**peers, &bus, options);
+    gather(&mut all, &done, &**peers, &bus, options, interrupt);
     all.sort_by_key(|r| r.rank);
     Ok(all)
 }
 
 /// On process 0: adds to `all` what every other process reports through `done` (its
 /// ranks' results; its events go onto `bus`), or, for a process silent for longer than the
-/// collective timeout (it died), an error for each of its ranks.
+/// collective timeout (it died), an error for each of its ranks. Once this process is
+/// interrupted, it waits at most [`INTERRUPTED_PATIENCE`] more: mpirun interrupts the
+/// survivors of a process that died and kills them soon after, and what they report must
+/// reach the user first.
 fn gather(
     all: &mut Vec<RankResult>,
     done: &mpsc::Receiver<(u32, Finished)>,
     peers: &dyn Peers,
     bus: &EventBus,
     options: &SpmdOptions,
+    interrupt: &SpmdInterrupt,
 ) {
     let mut waiting: Vec<u32> = (1..peers.processes()).collect();
     let patience = options.world.timeout;
+    let mut interrupted_at: Option<Instant> = None;
     while !waiting.is_empty() {
+        if interrupt.requested() {
+            let since = *interrupted_at.get_or_insert_with(Instant::now);
+            if since.elapsed() >= INTERRUPTED_PATIENCE {
+                for p in std::mem::take(&mut waiting) {
+                    all.extend(unreported(p, options.nproc));
+                }
+                break;
+            }
+        }
         match done.recv_timeout(Duration::from_millis(100)) {
             Ok((from, theirs)) => {
                 waiting.retain(|&p| p != from);
@@ -260,6 +282,30 @@ fn gather(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
+}
+
+/// How long process 0, once interrupted, still waits for the other processes' reports.
+const INTERRUPTED_PATIENCE: Duration = Duration::from_millis(300);
+
+/// The results of the ranks of process `p`, which had not reported when process 0 was
+/// interrupted.
+fn unreported(p: u32, per_process: u32) -> Vec<RankResult> {
+    let ranks = p * per_process..(p + 1) * per_process;
+    let message = format!(
+        "process {p} (ranks {}-{}) had not reported when this launch was interrupted: it \
+         died, or was still running",
+        ranks.start,
+        ranks.end - 1
+    );
+    ranks
+        .map(|rank| RankResult {
+            rank,
+            result: Err(GuestError::new(
+                GuestErrorKind::Interrupted,
+                message.clone(),
+            )),
+        })
+        .collect()
 }
 
 /// The results of the ranks of process `p`, which stopped answering.

@@ -201,7 +201,17 @@ fn an_interrupt_stops_every_waiting_rank() {
         // or at its next epoch check (an interrupted guest).
         match &r.result {
             Ok(values) => assert_eq!(values, &["-7"], "rank {}", r.rank),
-            Err(e) => assert_eq!(e.kind, GuestErrorKind::Interrupted, "rank {}: {e}", r.rank),
+            // Interrupted after the barrier gave up: the error says what it waited for.
+            Err(e) => {
+                assert_eq!(e.kind, GuestErrorKind::Interrupted, "rank {}: {e}", r.rank);
+                assert!(
+                    e.message
+                        .starts_with("the guest was interrupted while waiting in barrier")
+                        && e.message.contains("for rank(s) "),
+                    "rank {}: {e}",
+                    r.rank
+                );
+            }
         }
     }
     lab.assert_sums(2);
