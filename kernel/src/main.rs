@@ -12,7 +12,7 @@ use neuronlab_session::{Output, Session};
 
 // The front ends run on mimalloc: see "The front ends run on mimalloc" in ARCHITECTURE.md.
 #[global_allocator]
-static ALLOCATOR: neuronlab_session::allocator::MiMalloc = neuronlab_session::allocator::MiMalloc;
+static ALLOCATOR: neuronlab_core::allocator::MiMalloc = neuronlab_core::allocator::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -73,7 +73,7 @@ impl Location {
 }
 
 fn main() -> ExitCode {
-    neuronlab_session::allocator::keep_freed_memory();
+    neuronlab_core::allocator::keep_freed_memory();
     let cli = Cli::parse();
     let result = match (cli.command, cli.connection_file) {
         (

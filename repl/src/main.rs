@@ -23,7 +23,7 @@ use neuronlab_session::toolchain::{self, Toolchain};
 
 // The front ends run on mimalloc: see "The front ends run on mimalloc" in ARCHITECTURE.md.
 #[global_allocator]
-static ALLOCATOR: neuronlab_session::allocator::MiMalloc = neuronlab_session::allocator::MiMalloc;
+static ALLOCATOR: neuronlab_core::allocator::MiMalloc = neuronlab_core::allocator::MiMalloc;
 
 /// An interactive lab for the eager Neuron tensor runtime, simulated on the CPU.
 ///
@@ -178,7 +178,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    neuronlab_session::allocator::keep_freed_memory();
+    neuronlab_core::allocator::keep_freed_memory();
     let cli = Cli::parse();
     let Some(command) = cli.command else {
         return exit(repl::run());

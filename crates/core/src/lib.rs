@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod activity;
+pub mod allocator;
 pub mod autograd;
 pub mod cancel;
 pub mod device;

@@ -21,6 +21,10 @@ use neuronlab_dist::mpi::MpiPeers;
 use neuronlab_dist::peers::Peers;
 use neuronlab_dist::{ReduceOp, World, WorldOptions};
 
+// The allocator and settings of the `neuronlab` binary, so buffers are reused as there.
+#[global_allocator]
+static ALLOCATOR: neuronlab_core::allocator::MiMalloc = neuronlab_core::allocator::MiMalloc;
+
 const SIZES: [usize; 9] = [
     1 << 10,
     4 << 10,
@@ -64,6 +68,7 @@ fn gbps(bytes: usize, t: Duration) -> f64 {
 }
 
 fn main() {
+    neuronlab_core::allocator::keep_freed_memory();
     let peers = MpiPeers::from_launcher()
         .expect("MPI starts")
         .expect("run me under mpirun -n 2");

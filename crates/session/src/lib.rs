@@ -21,7 +21,6 @@
 
 pub mod toolchain;
 
-pub mod allocator;
 pub mod cell;
 pub mod complete;
 mod convert;

@@ -1,4 +1,5 @@
-//! The front ends' memory allocator: mimalloc, told to keep freed memory mapped for a while.
+//! The process allocator the front ends (and the benchmarks) run on: mimalloc, told to keep
+//! freed memory mapped for a while.
 //!
 //! A training loop frees and reallocates the same large buffers every step (activations,
 //! gradients, a compiled program's intermediates). mimalloc returns freed memory to the OS
@@ -19,7 +20,7 @@ pub const FREED_MEMORY_KEPT: Duration = Duration::from_secs(10);
 /// Rust bindings do not name.
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Sets mimalloc's purge delay to [`FREED_MEMORY_KEPT`]. Called first thing by each front end
+/// Sets mimalloc's purge delay to [`FREED_MEMORY_KEPT`]. Called first thing by each binary
 /// that runs on mimalloc; harmless where mimalloc is not the global allocator.
 pub fn keep_freed_memory() {
     // SAFETY: mi_option_set only stores the option's value; it is safe to call at any time.
