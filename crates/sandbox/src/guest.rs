@@ -154,6 +154,15 @@ impl Sandbox {
 
     /// Loads a module from `.wasm` bytes or WebAssembly text, checking its imports.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<GuestModule, GuestError> {
+        self.load_with(name, bytes, true)
+    }
+
+    fn load_with(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        disk_cache: bool,
+    ) -> Result<GuestModule, GuestError> {
         let started = Instant::now();
         let wasm = if bytes.starts_with(b"\0asm") {
             std::borrow::Cow::Borrowed(bytes)
@@ -169,7 +178,11 @@ impl Sandbox {
                     .into_owned(),
             )
         };
-        let (module, source) = self.cache.load(&self.engine, &wasm).map_err(|e| {
+        let loaded = match disk_cache {
+            true => self.cache.load(&self.engine, &wasm),
+            false => Module::from_binary(&self.engine, &wasm).map(|m| (m, ModuleSource::Compiled)),
+        };
+        let (module, source) = loaded.map_err(|e| {
             GuestError::new(
                 GuestErrorKind::Load,
                 format!("{name} is not a valid WebAssembly module: {e:#}"),
@@ -184,18 +197,17 @@ impl Sandbox {
         })
     }
 
+    /// Loads a module that is built, run and replaced within one session (a Rust cell's),
+    /// without storing it in the on-disk cache: every changed cell would otherwise add an
+    /// entry that no later load asks for. Cranelift's function cache still applies.
+    pub fn load_file_uncached(&self, path: &std::path::Path) -> Result<GuestModule, GuestError> {
+        let (name, bytes) = read_module_file(path)?;
+        self.load_with(&name, &bytes, false)
+    }
+
     /// Loads a module from a `.wasm` or `.wat` file.
     pub fn load_file(&self, path: &std::path::Path) -> Result<GuestModule, GuestError> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            GuestError::new(
-                GuestErrorKind::Load,
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into(),
-        );
+        let (name, bytes) = read_module_file(path)?;
         self.load(&name, &bytes)
     }
 
@@ -424,6 +436,21 @@ fn on_guest_thread_within<R: Send>(
         });
         result.map(|r| (r, enforced))
     })
+}
+
+/// The name (the file name) and the bytes of the module file at `path`.
+fn read_module_file(path: &std::path::Path) -> Result<(String, Vec<u8>), GuestError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        GuestError::new(
+            GuestErrorKind::Load,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    );
+    Ok((name, bytes))
 }
 
 /// Turns a wasmtime error into a [`GuestError`] with the trap kind and the wasm backtrace.

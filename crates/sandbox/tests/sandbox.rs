@@ -354,6 +354,22 @@ fn compiled_modules_are_cached_on_disk() {
 }
 
 #[test]
+fn a_cell_module_is_loaded_without_a_disk_cache_entry() {
+    let dir = std::env::temp_dir().join(format!("neuronlab-uncached-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sandbox = Sandbox::new(Some(dir.clone())).unwrap();
+    let entries = || std::fs::read_dir(dir.join("modules")).map_or(0, |d| d.count());
+    for _ in 0..2 {
+        let module = sandbox.load_file_uncached(&fixture("hello.wat")).unwrap();
+        assert_eq!(module.source, ModuleSource::Compiled);
+        assert_eq!(entries(), 0, "a cell's module left an entry on disk");
+    }
+    sandbox.load_file(&fixture("hello.wat")).unwrap();
+    assert_eq!(entries(), 1, "a module loaded with the cache is stored");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn an_interrupt_during_a_long_host_op_cancels_it() {
     let s = Session::new(1 << 30);
     let before = s.runtime.memory().stats(CoreId(0)).unwrap().in_use;

@@ -234,7 +234,7 @@ impl Session {
             }
             false => Some(
                 self.sandbox
-                    .load_file(&wasm)
+                    .load_file_uncached(&wasm)
                     .map_err(|e| fail(out, CellError::new(e.kind.name(), e.message)))?,
             ),
         };
