@@ -740,14 +740,7 @@ impl RankComm {
             if let Some(outcome) = &meeting.outcome {
                 let outcome = outcome.clone();
                 if outcome.is_err() && self.interrupted() {
-                    let missing = meeting.missing(group);
-                    return Err(Error::Cancelled(match missing.is_empty() {
-                        true => format!("interrupted while waiting in {what}"),
-                        false => format!(
-                            "interrupted while waiting in {what} for rank(s) {}",
-                            list(&missing)
-                        ),
-                    }));
+                    return Err(interrupted_waiting(&what, &meeting.missing(group)));
                 }
                 if outcome.is_ok() {
                     meeting.collected += 1;
@@ -773,10 +766,7 @@ impl RankComm {
                     list(&missing)
                 )));
                 world.changed.notify_all();
-                return Err(Error::Cancelled(format!(
-                    "interrupted while waiting in {what} for rank(s) {}",
-                    list(&missing)
-                )));
+                return Err(interrupted_waiting(&what, &missing));
             }
             let gone: Vec<String> = missing
                 .iter()
@@ -1024,6 +1014,17 @@ fn arrived(group: &ProcessGroup, missing: &[u32]) -> Vec<u32> {
 }
 
 /// `0, 1, 3` (or `none`).
+/// The error of a rank interrupted while it waited in `what` for the ranks `missing`.
+fn interrupted_waiting(what: &str, missing: &[u32]) -> Error {
+    Error::Cancelled(match missing.is_empty() {
+        true => format!("interrupted while waiting in {what}"),
+        false => format!(
+            "interrupted while waiting in {what} for rank(s) {}",
+            list(missing)
+        ),
+    })
+}
+
 fn list(ranks: &[u32]) -> String {
     if ranks.is_empty() {
         return "none".to_string();
