@@ -9,10 +9,13 @@ Two measurements, alternating between the kernels so both see the same machine s
    median over --requests requests after a warm-up. neuronlab gets three rows: a magic cell
    (`%help load`, no build), a trivial Rust cell run again unchanged (`1 + 1`: the session
    reuses its build), and a small Rust cell that changes every time (`1 + N`, a new N per
-   request: built for wasm32 each time); ipykernel runs `1 + 1`.
+   request: built for wasm32 each time); ipykernel runs `1 + 1`. Each request follows a
+   pause (--pause, 0.5 s by default), as cells typed by a person do: the neuronlab kernel
+   starts the next build's rustc when a build ends, and a pause lets that start finish.
+   `--pause 0` sends the requests back to back.
 
 A benchmark, not a test:  cargo build --release -p neuronlab-kernel
-                          python3 bench/kernel_latency.py [--kernel-bin PATH] [-n 5] [--requests 20]
+                          python3 bench/kernel_latency.py [--kernel-bin PATH] [-n 5] [--requests 20] [--pause 0.5]
 Progress goes to stderr, the table to stdout.
 """
 
@@ -129,6 +132,8 @@ def main() -> None:
     ap.add_argument("--kernel-bin", type=Path, default=REPO / "target" / "release" / "neuronlab-kernel")
     ap.add_argument("-n", type=int, default=5, help="kernel starts of each kernel (default 5)")
     ap.add_argument("--requests", type=int, default=20, help="execute requests per row (default 20)")
+    ap.add_argument("--pause", type=float, default=0.5,
+                    help="seconds between execute requests, not timed (default 0.5)")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="neuronlab-bench-")
@@ -177,6 +182,7 @@ def run(args, env: dict[str, str]) -> None:
         times: dict[str, list[float]] = {label: [] for label in rows}
         for r in range(args.requests):
             for label, (name, code) in rows.items():
+                time.sleep(args.pause)
                 times[label].append(execute(kernels[name][1], cell(code, r)))
             log(f"execute {r + 1}/{args.requests}: "
                 + ", ".join(f"{' '.join(label.split())} {t[-1] * 1e3:.1f} ms" for label, t in times.items()))
@@ -204,7 +210,7 @@ def run(args, env: dict[str, str]) -> None:
         print(f"{'execute to idle  ' + label:<52}{med:>11.1f}{lo:>10.1f}{ratio:>14}")
     print()
     print(f"start: median and min of {args.n} starts each; execute: of {args.requests} requests "
-          "each after a warm-up; ratio = median neuronlab / median ipykernel")
+          f"each after a warm-up, {args.pause} s apart; ratio = median neuronlab / median ipykernel")
 
 
 if __name__ == "__main__":

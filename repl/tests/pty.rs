@@ -231,3 +231,56 @@ fn rust_cells_keep_their_tensors_and_survive_ctrl_c() {
     repl.prompt(8);
     repl.leave();
 }
+
+/// The processes whose parent is `parent` and whose command line contains `needle`, from
+/// `/proc` (a zombie, which has finished, does not count).
+fn children_running(parent: i32, needle: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after its `)`.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+            let running = fields.first().is_some_and(|state| *state != "Z");
+            let child = fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent);
+            running
+                && child
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+#[test]
+fn the_rustc_waiting_for_the_next_cell_dies_with_a_killed_repl() {
+    require_toolchain();
+    let mut repl = Repl::start("standby");
+    repl.session.set_expect_timeout(Some(FIRST_BUILD));
+    repl.type_lines(&["let n = 1;"]);
+    repl.prompt(2);
+    let pid = repl.session.get_process().pid().as_raw();
+    let waiting = children_running(pid, "lib-pipe.rs");
+    assert_eq!(waiting.len(), 1, "a rustc waits for the next cell");
+    repl.session
+        .get_process_mut()
+        .kill(expectrl::process::unix::Signal::SIGKILL)
+        .expect("the REPL is killed");
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    // Readable while it runs; a killed rustc is gone or a zombie, without a cwd.
+    while std::fs::read_link(format!("/proc/{}/cwd", waiting[0])).is_ok() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "rustc {} outlived the killed REPL by 10 s",
+            waiting[0]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

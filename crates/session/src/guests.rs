@@ -12,7 +12,7 @@ use super::router::RunWatch;
 use super::rust_cell::build::{self, BuildFailure, UserSources};
 use super::rust_cell::cache;
 use super::rust_cell::codegen::{self, KeptItem, Restore};
-use super::rust_cell::direct::RustcCommand;
+use super::rust_cell::direct::{DirectBuild, RustcCommand};
 use super::rust_cell::parse;
 use super::{fail, CellError, MimeBundle, Outcome, Output, Running, Session};
 use crate::toolchain::Toolchain;
@@ -167,7 +167,7 @@ impl Session {
             let record = self.work_dir.join(RUSTC_RECORD);
             let direct = self
                 .rustc_command
-                .as_ref()
+                .as_mut()
                 .filter(|(recorded_for, _)| *recorded_for == inputs)
                 .map(|(_, rustc)| rustc.build(self.interrupter.flag()));
             let built = match direct {
@@ -184,8 +184,8 @@ impl Session {
                         &mut progress,
                     );
                     if built.is_ok() {
-                        self.rustc_command =
-                            RustcCommand::recorded(&record).map(|rustc| (inputs, rustc));
+                        self.rustc_command = RustcCommand::recorded(&record)
+                            .map(|rustc| (inputs, DirectBuild::new(rustc)));
                     }
                     built
                 }

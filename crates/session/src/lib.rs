@@ -227,8 +227,9 @@ pub struct Session {
     toolchain: Option<toolchain::Toolchain>,
     /// The session's latest Rust cell builds, reused when a cell is built again unchanged.
     built_cells: rust_cell::cache::BuiltCells,
-    /// How cargo last ran rustc for the cell crate, and the build inputs it is valid for.
-    rustc_command: Option<(blake3::Hash, rust_cell::direct::RustcCommand)>,
+    /// How cargo last ran rustc for the cell crate (with the rustc started for the next
+    /// build), and the build inputs it is valid for.
+    rustc_command: Option<(blake3::Hash, rust_cell::direct::DirectBuild)>,
 }
 
 impl Session {

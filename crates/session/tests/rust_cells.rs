@@ -445,3 +445,67 @@ fn a_second_session_loads_a_compiled_function_from_the_disk_cache() {
         "the second session, a new process's worth of state, loads it from disk"
     );
 }
+
+/// The live rustc processes working in `dir` (a session's cell crate), from `/proc`.
+fn rustc_processes_in(dir: &std::path::Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            // A zombie has no cwd any more, so it does not count.
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("rustc"))
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+#[test]
+fn a_changed_cell_is_built_by_a_rustc_started_ahead_and_none_outlives_the_session() {
+    let (mut s, dir) = session();
+    ok(&mut s, "let n = 40;");
+    let waiting = rustc_processes_in(dir.path());
+    assert_eq!(
+        waiting.len(),
+        1,
+        "after a build, one rustc waits for the next cell"
+    );
+    assert_eq!(result(&ok(&mut s, "n + 2")).as_deref(), Some("42"));
+    let next = rustc_processes_in(dir.path());
+    assert_eq!(
+        next.len(),
+        1,
+        "the cell used the waiting rustc and started another"
+    );
+    assert_ne!(next, waiting);
+
+    // A compile error is reported from the waiting rustc as from any other.
+    let (outcome, outputs) = run(&mut s, "n + \"two\"");
+    assert_eq!(outcome, Outcome::Error);
+    let (ename, _, traceback) = error(&outputs);
+    assert_eq!(ename, "CompileError");
+    assert!(traceback.contains("n + \"two\""), "{traceback}");
+
+    // A waiting rustc killed from outside is replaced, and the cell still builds.
+    for pid in rustc_processes_in(dir.path()) {
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+    assert_eq!(result(&ok(&mut s, "n + 3")).as_deref(), Some("43"));
+
+    drop(s);
+    assert_eq!(
+        rustc_processes_in(dir.path()),
+        Vec::<u32>::new(),
+        "the session stops its waiting rustc"
+    );
+}
