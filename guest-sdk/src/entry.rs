@@ -74,20 +74,34 @@ macro_rules! main {
 /// }
 /// ```
 pub fn entry<E: Display + 'static>(f: impl FnOnce() -> Result<(), E>) {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| std::panic::set_hook(Box::new(panic_hook)));
+    // The generic part is kept to this call and the two below: every Rust cell is a crate
+    // of its own that instantiates it, and what is not generic is compiled once, in the SDK.
+    install_panic_hook();
     if let Err(e) = f() {
-        match ours(&e) {
-            Some(ours) => fail(ours.kind().failure_name(), ours.message(), ours.location()),
-            None => fail("Error", &e.to_string(), None),
-        }
+        report(&e, &e)
     }
 }
 
-/// The SDK's [`Error`] in `e`: `e` itself, or what a boxed error (a cell's
+/// Installs [`panic_hook`], once per instance.
+#[inline(never)]
+fn install_panic_hook() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| std::panic::set_hook(Box::new(panic_hook)));
+}
+
+/// Reports the error `e` (seen as `Any` to find the SDK's own, and as `Display` for any
+/// other) to the host, then traps.
+#[inline(never)]
+fn report(any: &dyn Any, display: &dyn Display) -> ! {
+    match ours(any) {
+        Some(ours) => fail(ours.kind().failure_name(), ours.message(), ours.location()),
+        None => fail("Error", &display.to_string(), None),
+    }
+}
+
+/// The SDK's [`Error`] in `any`: the error itself, or what a boxed error (a cell's
 /// `Box<dyn Error>`, which `?` converts to) holds.
-fn ours<E: 'static>(e: &E) -> Option<&Error> {
-    let any = e as &dyn Any;
+fn ours(any: &dyn Any) -> Option<&Error> {
     any.downcast_ref::<Error>()
         .or_else(|| {
             any.downcast_ref::<Box<dyn std::error::Error>>()

@@ -116,17 +116,34 @@ pub fn set_value<T: Display + ?Sized>(name: &str, value: &T) -> Result<()> {
 /// ```
 #[track_caller]
 pub fn value<T: FromStr>(name: &str) -> Result<T> {
+    // Generic only in the parse: every Rust cell instantiates this for each variable type it
+    // restores, and the rest is compiled once, in the SDK.
+    let (ty, text) = stored_value(name)?;
+    text.parse()
+        .map_err(|_| unparsable(name, &ty, &text, std::any::type_name::<T>()))
+}
+
+/// The type name and text of the plain variable `name`.
+#[track_caller]
+#[inline(never)]
+fn stored_value(name: &str) -> Result<(String, String)> {
     let payload = sys::var_get_value(name)?;
-    let (ty, text) = payload.split_once('\n').unwrap_or(("?", &payload));
-    text.parse().map_err(|_| {
-        Error::new(
-            ErrorKind::Invalid,
-            format!(
-                "the variable `{name}` holds the {ty} {text:?}, which does not parse as {}",
-                short_type_name(std::any::type_name::<T>())
-            ),
-        )
+    Ok(match payload.split_once('\n') {
+        Some((ty, text)) => (ty.to_string(), text.to_string()),
+        None => ("?".to_string(), payload),
     })
+}
+
+/// The error for a stored `text` of type `ty` that does not parse as `wanted`.
+#[inline(never)]
+fn unparsable(name: &str, ty: &str, text: &str, wanted: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        format!(
+            "the variable `{name}` holds the {ty} {text:?}, which does not parse as {}",
+            short_type_name(wanted)
+        ),
+    )
 }
 
 /// What a cell's generated code calls to declare an earlier cell's tensor variable: the

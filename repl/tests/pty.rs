@@ -269,6 +269,7 @@ fn the_rustc_waiting_for_the_next_cell_dies_with_a_killed_repl() {
     let pid = repl.session.get_process().pid().as_raw();
     let waiting = children_running(pid, "lib-pipe.rs");
     assert_eq!(waiting.len(), 1, "a rustc waits for the next cell");
+    let cell_crate = std::fs::read_link(format!("/proc/{}/cwd", waiting[0])).unwrap();
     repl.session
         .get_process_mut()
         .kill(expectrl::process::unix::Signal::SIGKILL)
@@ -283,4 +284,6 @@ fn the_rustc_waiting_for_the_next_cell_dies_with_a_killed_repl() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A killed REPL cannot remove its session's cell crate.
+    let _ = std::fs::remove_dir_all(cell_crate);
 }
