@@ -295,6 +295,10 @@ impl Session {
         self.interrupter.start_cell();
         self.execution_count += 1;
         let outcome = self.run_cell(code, out);
+        // The next Rust cell's rustc starts now, while the user writes that cell.
+        if let Some((_, direct)) = self.rustc_command.as_mut() {
+            direct.start_next();
+        }
         if !counted {
             self.execution_count -= 1;
         }

@@ -10,10 +10,10 @@
 //!
 //! Starting rustc is itself a good part of a small cell's build: it maps and relocates
 //! librustc_driver and libLLVM before it reads a byte of the cell (25-35 ms for
-//! `rustc --version` on a 2-core VM). So a direct build starts the next one's rustc as soon
-//! as it ends, reading the crate root from a named pipe ([`PIPE_ROOT`]): that rustc does its
-//! start-up while the user writes the next cell and then waits in the pipe's `open`, and the
-//! next build writes `src/lib.rs` into the pipe.
+//! `rustc --version` on a 2-core VM). So when a cell is done, the session starts the next
+//! build's rustc, reading the crate root from a named pipe ([`PIPE_ROOT`]): that rustc does
+//! its start-up while the user writes the next cell and then waits in the pipe's `open`, and
+//! the next build writes `src/lib.rs` into the pipe.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -178,16 +178,26 @@ impl DirectBuild {
         let pipe = command.cwd.join(PIPE_ROOT);
         let reads_root = command.args.iter().any(|a| a == ROOT);
         let pipe = (reads_root && setpriv().is_some() && make_pipe(&pipe).is_ok()).then_some(pipe);
-        let mut build = DirectBuild {
+        DirectBuild {
             command,
             pipe,
             standby: None,
-        };
-        build.standby = build.start_rustc().ok();
-        build
+        }
     }
 
-    /// Runs rustc again on the crate's current sources, then starts the next build's rustc.
+    /// Starts the next build's rustc, unless one is waiting. The session calls this when a
+    /// cell is done, not when its build is: a rustc starting up would otherwise take a core
+    /// from the module's compile and the cell's run.
+    pub(crate) fn start_next(&mut self) {
+        if self.pipe.is_some() && self.standby.is_none() {
+            self.standby = self.start_rustc().ok();
+        }
+    }
+
+    /// Runs rustc again on the crate's current sources, with the rustc [`start_next`]
+    /// started when there is one.
+    ///
+    /// [`start_next`]: DirectBuild::start_next
     pub(crate) fn build(&mut self, interrupt: &AtomicBool) -> Result<PathBuf, BuildFailure> {
         // A standby that has exited (killed from outside, say) is replaced.
         let standby = self.standby.take().and_then(|mut c| match c.try_wait() {
@@ -223,14 +233,11 @@ impl DirectBuild {
                 .map_err(|e| BuildFailure::Tool(format!("cannot read {}: {e}", root.display())))?;
             feed(&mut child, pipe, &text, interrupt)?;
         }
-        let status = wait(&mut child, interrupt, "rustc", &mut || {});
+        let status = wait(&mut child, interrupt, "rustc", &mut || {})?;
         let (diagnostics, other) = messages.join().unwrap_or_default();
         let _ = output.join();
-        if !matches!(status, Err(BuildFailure::Interrupted)) {
-            self.standby = self.start_rustc().ok();
-        }
         finish(
-            status?,
+            status,
             self.command.wasm.clone(),
             diagnostics,
             &other,
