@@ -19,6 +19,9 @@
 //!
 //! **Waiting does not spin.** A waiting rank sleeps on a condition variable; it wakes when a
 //! meeting completes, a rank ends, or every [`CANCEL_POLL`] to look at its interrupt flag.
+//! The one exception is short: a rank that waits only for ranks of other processes first
+//! takes their messages itself for up to [`POLL_FOR`] ([`Peers::poll`]), since waking it from
+//! the transport's thread costs more than a small collective.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,10 @@ pub const TIMEOUT_ENV: &str = "NEURONLAB_COLLECTIVE_TIMEOUT";
 
 /// How often a waiting rank looks at its interrupt flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// How long a rank waiting only for other processes takes their messages itself before it
+/// sleeps: about the time a collective of a few hundred KiB takes to cross.
+const POLL_FOR: Duration = Duration::from_micros(500);
 
 /// Settings of a [`World`].
 #[derive(Clone, Debug)]
@@ -680,11 +687,9 @@ impl RankComm {
     ) -> Result<Arc<Outcome>> {
         let world = &*self.world;
         let timeout = world.options.timeout;
-        let local_members = group
-            .ranks()
-            .iter()
-            .filter(|r| world.local_ranks().contains(r))
-            .count();
+        let local = world.local_ranks();
+        let local_members = group.ranks().iter().filter(|r| local.contains(r)).count();
+        let polling_since = Instant::now();
         let mut state = world.lock();
         let meeting = state
             .meetings
@@ -796,6 +801,17 @@ impl RankComm {
                 meeting.outcome = Some(Err(message.clone()));
                 world.changed.notify_all();
                 return Err(Error::Collective(message));
+            }
+            if let Some(spread) = &world.spread {
+                let remote_only = missing.iter().all(|r| !local.contains(r));
+                if remote_only && polling_since.elapsed() < POLL_FOR {
+                    drop(state);
+                    if !spread.peers.poll() {
+                        std::thread::yield_now();
+                    }
+                    state = world.lock();
+                    continue;
+                }
             }
             let wait = (timeout - waited).min(CANCEL_POLL);
             state = world

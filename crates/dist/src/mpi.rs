@@ -1,22 +1,31 @@
 //! The MPI transport of a world that spans processes (feature `mpi`): one MPI process per
 //! neuronlab process, as `mpirun -n P` starts them.
 //!
-//! MPI is initialised with `MPI_THREAD_MULTIPLE`. Each process has one listener thread that
-//! probes for messages from any source (sleeping a little while there are none), and one sender thread per other process that sends what the
-//! ranks queue for it, in order. A rank never blocks in MPI: a send to a process that died
-//! stays in its queue while the rank's collective times out by its own clock, naming the
-//! missing ranks (MPI alone would hang in `MPI_Send`). A heartbeat every
-//! [`HEARTBEAT`] tells each process which others still answer.
+//! MPI is initialised with `MPI_THREAD_MULTIPLE`. Messages come in through the [`Inbox`]: a
+//! rank waiting in a collective for other processes probes it itself ([`Peers::poll`]), so
+//! an arrival reaches it with no thread in between, and a listener thread probes it the rest
+//! of the time (sleeping a little while nothing comes). Messages go out from the sending
+//! thread itself, in program order, so each thread's messages keep their order: small ones
+//! with `MPI_Send`, which MPI completes at once ([`EAGER_MAX`]), larger ones with
+//! `MPI_Isend`, handed to the completer thread of their destination, which frees the buffer
+//! when MPI is done with it. A rank never blocks
+//! in MPI: a send to a process that died stays with the completer while the rank's
+//! collective times out by its own clock, naming the missing ranks (MPI alone would hang in
+//! `MPI_Send`). A heartbeat every [`HEARTBEAT`] tells each process which others still
+//! answer.
 //!
 //! MPI only moves bytes: reductions happen in neuronlab, in group order (see `peers`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
 use mpi::point_to_point::{Destination, Source};
+use mpi::request::{Request, StaticScope};
 use mpi::topology::Communicator;
 use mpi::Threading;
 
@@ -29,9 +38,13 @@ const IDLE_FIRST: Duration = Duration::from_micros(10);
 const IDLE_MOST: Duration = Duration::from_micros(500);
 /// How often a process tells the others it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(500);
+/// The largest message sent with a blocking `MPI_Send`. MPI sends a message this small
+/// eagerly (OpenMPI's shared-memory transport copies up to 4 KiB, header included, without
+/// waiting for the receiver; TCP up to 64 KiB), so the send returns even when the receiver
+/// is gone, and sooner than a non-blocking send reports being complete.
+const EAGER_MAX: usize = 4000;
 /// Control messages of the transport itself, distinct from every [`Message`] encoding (whose
-/// first byte is its kind, 0 to 2); an empty message from a process to itself stops its
-/// listener.
+/// first byte is its kind, 0 to 2).
 const ALIVE: u8 = 0xfe;
 const LEAVING: u8 = 0xff;
 
@@ -42,18 +55,19 @@ pub struct MpiPeers {
     universe: Arc<Universe>,
     processes: u32,
     process: u32,
-    /// Per other process, the queue its sender thread sends from (`None` once closed).
-    queues: Mutex<Vec<Option<Sender<Vec<u8>>>>>,
-    /// The sender threads, each telling `flushed` when its queue is closed and sent.
+    /// Per other process, the queue of its completer thread (`None` once closed).
+    queues: Mutex<Vec<Option<Sender<InFlight>>>>,
+    /// The completer threads, each telling `flushed` when its queue is closed and every
+    /// send in it complete.
     flushed: Mutex<Receiver<u32>>,
-    heard: Arc<Heard>,
+    inbox: Arc<Inbox>,
     listener: Mutex<Option<JoinHandle<()>>>,
     /// The heartbeat thread, and the sender whose drop stops it.
     heartbeat: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     started: Instant,
 }
 
-/// What the listener has heard: when each process last spoke, how many have said they are
+/// What has come in: when each process last spoke, how many have said they are
 /// leaving, and whom to hand messages to (those that arrive first wait for a handler).
 #[derive(Default)]
 struct Heard {
@@ -72,6 +86,115 @@ struct HeardState {
 impl Heard {
     fn lock(&self) -> MutexGuard<'_, HeardState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A send under way: MPI reads `bytes` until `request` completes.
+struct InFlight {
+    request: Request<'static, [u8]>,
+    /// The buffer, from [`Box::into_raw`]; freed once the request is complete.
+    bytes: *mut [u8],
+}
+
+// SAFETY: under MPI_THREAD_MULTIPLE any thread may complete a request, and the buffer is
+// owned by the `InFlight` alone.
+unsafe impl Send for InFlight {}
+
+impl InFlight {
+    /// Starts sending `bytes` to process `to`.
+    fn start(universe: &Universe, to: u32, bytes: Vec<u8>) -> InFlight {
+        let bytes = Box::into_raw(bytes.into_boxed_slice());
+        // SAFETY: the buffer stays allocated and unchanged until the request is complete
+        // (`finish_with` frees it only then), which is all MPI needs of it.
+        let buffer: &'static [u8] = unsafe { &*bytes };
+        let request = universe
+            .world()
+            .process_at_rank(to as i32)
+            .immediate_send_with_tag(StaticScope, buffer, TAG);
+        InFlight { request, bytes }
+    }
+
+    /// Completes the send if MPI is done with it (freeing the buffer), or gives it back.
+    fn try_finish(self) -> Result<(), InFlight> {
+        let InFlight { request, bytes } = self;
+        match request.test() {
+            Ok(_) => {
+                // SAFETY: from `Box::into_raw` in `start`, and MPI no longer reads it.
+                drop(unsafe { Box::from_raw(bytes) });
+                Ok(())
+            }
+            Err(request) => Err(InFlight { request, bytes }),
+        }
+    }
+
+    /// Completes the send, looking less often while it is not done: a blocking
+    /// `MPI_Wait` would spin a core.
+    fn finish_with_sleeps(mut self) {
+        let mut idle = IDLE_FIRST;
+        while let Err(pending) = self.try_finish() {
+            self = pending;
+            std::thread::sleep(idle);
+            idle = (idle * 2).min(IDLE_MOST);
+        }
+    }
+}
+
+/// Where messages come in. One thread at a time takes them (`taking`), so each sender's
+/// messages are handed over in the order they were sent, whichever thread takes them.
+struct Inbox {
+    universe: Arc<Universe>,
+    heard: Heard,
+    taking: Mutex<()>,
+    /// Set by [`MpiPeers::finish`] once every process has said it leaves.
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    /// Takes one message, if one has come and no other thread is taking one, and hands it
+    /// over; true when it took one.
+    fn take(&self) -> bool {
+        let _turn = match self.taking.try_lock() {
+            Ok(turn) => turn,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        let world = self.universe.world();
+        let Some((message, status)) = world.any_process().immediate_matched_probe_with_tag(TAG)
+        else {
+            return false;
+        };
+        let from = status.source_rank() as u32;
+        let count = status.count(u8::equivalent_datatype()).max(0) as usize;
+        let mut bytes = vec![0u8; count];
+        message.matched_receive_into(&mut bytes[..]);
+        let mut state = self.heard.lock();
+        if let Some(last) = state.last.get_mut(from as usize) {
+            *last = Some(Instant::now());
+        }
+        match bytes.as_slice() {
+            [ALIVE] => return true,
+            [LEAVING] => {
+                state.leaving += 1;
+                self.heard.changed.notify_all();
+                return true;
+            }
+            _ => {}
+        }
+        let message = match Message::decode(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("neuronlab: dropped a malformed message from process {from}: {e}");
+                return true;
+            }
+        };
+        match state.deliver.clone() {
+            Some(deliver) => {
+                drop(state);
+                deliver(from, message);
+            }
+            None => state.waiting.push((from, message)),
+        }
+        true
     }
 }
 
@@ -104,31 +227,33 @@ impl MpiPeers {
                 queues.push(None);
                 continue;
             }
-            let (tx, rx) = mpsc::channel::<Vec<u8>>();
-            let (universe, flushed_tx) = (universe.clone(), flushed_tx.clone());
+            let (tx, rx) = mpsc::channel::<InFlight>();
+            let flushed_tx = flushed_tx.clone();
             std::thread::Builder::new()
                 .name(format!("neuronlab-mpi-to{to}"))
                 .spawn(move || {
-                    let world = universe.world();
-                    for bytes in rx {
-                        world
-                            .process_at_rank(to as i32)
-                            .send_with_tag(&bytes[..], TAG);
+                    for send in rx {
+                        send.finish_with_sleeps();
                     }
                     let _ = flushed_tx.send(to);
                 })
-                .map_err(|e| format!("cannot start a sender thread: {e}"))?;
+                .map_err(|e| format!("cannot start a completer thread: {e}"))?;
             queues.push(Some(tx));
         }
-        let heard = Arc::new(Heard::default());
-        heard.lock().last = vec![None; processes as usize];
+        let inbox = Arc::new(Inbox {
+            universe: universe.clone(),
+            heard: Heard::default(),
+            taking: Mutex::new(()),
+            closed: AtomicBool::new(false),
+        });
+        inbox.heard.lock().last = vec![None; processes as usize];
         let peers = Arc::new(MpiPeers {
             universe,
             processes,
             process,
             queues: Mutex::new(queues),
             flushed: Mutex::new(flushed),
-            heard,
+            inbox,
             listener: Mutex::new(None),
             heartbeat: Mutex::new(None),
             started: Instant::now(),
@@ -140,7 +265,7 @@ impl MpiPeers {
             .name("neuronlab-mpi-heartbeat".into())
             .spawn(move || loop {
                 match beating.upgrade() {
-                    Some(peers) if peers.queue_to_all(&[ALIVE]) => drop(peers),
+                    Some(peers) if peers.send_to_all(&[ALIVE]) => drop(peers),
                     _ => return,
                 }
                 if stopped.recv_timeout(HEARTBEAT) != Err(mpsc::RecvTimeoutError::Timeout) {
@@ -153,57 +278,20 @@ impl MpiPeers {
     }
 
     fn start_listener(&self) -> Result<(), String> {
-        let (universe, heard, me) = (self.universe.clone(), self.heard.clone(), self.process);
+        let inbox = self.inbox.clone();
         let listener = std::thread::Builder::new()
             .name("neuronlab-mpi-listener".into())
             .spawn(move || {
-                let world = universe.world();
                 let mut idle = IDLE_FIRST;
-                loop {
+                while !inbox.closed.load(Ordering::Acquire) {
                     // OpenMPI's blocking receive spins on a core for as long as it waits, which
                     // would take a core from the ranks; so it probes, and sleeps longer while
                     // nothing comes.
-                    let Some(status) = world.any_process().immediate_probe_with_tag(TAG) else {
+                    if inbox.take() {
+                        idle = IDLE_FIRST;
+                    } else {
                         std::thread::sleep(idle);
                         idle = (idle * 2).min(IDLE_MOST);
-                        continue;
-                    };
-                    idle = IDLE_FIRST;
-                    let from = status.source_rank() as u32;
-                    let (bytes, _) = world
-                        .process_at_rank(from as i32)
-                        .receive_vec_with_tag::<u8>(TAG);
-                    if bytes.is_empty() && from == me {
-                        return;
-                    }
-                    let mut state = heard.lock();
-                    if let Some(last) = state.last.get_mut(from as usize) {
-                        *last = Some(Instant::now());
-                    }
-                    match bytes.as_slice() {
-                        [ALIVE] => continue,
-                        [LEAVING] => {
-                            state.leaving += 1;
-                            heard.changed.notify_all();
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    let message = match Message::decode(&bytes) {
-                        Ok(m) => m,
-                        Err(e) => {
-                            eprintln!(
-                                "neuronlab: dropped a malformed message from process {from}: {e}"
-                            );
-                            continue;
-                        }
-                    };
-                    match state.deliver.clone() {
-                        Some(deliver) => {
-                            drop(state);
-                            deliver(from, message);
-                        }
-                        None => state.waiting.push((from, message)),
                     }
                 }
             })
@@ -212,17 +300,49 @@ impl MpiPeers {
         Ok(())
     }
 
-    /// Queues `bytes` for every other process; false once the queues are closed.
-    fn queue_to_all(&self, bytes: &[u8]) -> bool {
-        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+    /// Sends `bytes` to process `to`, or starts to: a send MPI has not completed at once goes
+    /// to the destination's completer thread.
+    fn send_now(&self, to: u32, bytes: Vec<u8>) -> Result<(), String> {
+        let completer = match self
+            .queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(to as usize)
+        {
+            Some(Some(queue)) => queue.clone(),
+            Some(None) => {
+                return Err(format!(
+                    "no queue to process {to}: it is this one, or closed"
+                ))
+            }
+            None => return Err(format!("no process {to} among {}", self.processes)),
+        };
+        if bytes.len() <= EAGER_MAX {
+            self.universe
+                .world()
+                .process_at_rank(to as i32)
+                .send_with_tag(&bytes[..], TAG);
+            return Ok(());
+        }
+        let Err(pending) = InFlight::start(&self.universe, to, bytes).try_finish() else {
+            return Ok(());
+        };
+        completer.send(pending).map_err(|mpsc::SendError(pending)| {
+            pending.finish_with_sleeps();
+            format!("the completer of sends to process {to} has stopped")
+        })
+    }
+
+    /// Sends `bytes` to every other process; false once the queues are closed.
+    fn send_to_all(&self, bytes: &[u8]) -> bool {
         let mut open = false;
-        for queue in queues.iter().flatten() {
-            open |= queue.send(bytes.to_vec()).is_ok();
+        for to in (0..self.processes).filter(|&p| p != self.process) {
+            open |= self.send_now(to, bytes.to_vec()).is_ok();
         }
         open
     }
 
-    /// Ends this process's part: sends what is queued and a last message saying it leaves,
+    /// Ends this process's part: sends a last message saying it leaves, completes every send,
     /// then waits (up to `deadline`) until every other process has said the same, and stops
     /// the threads. True when all went so; false when some process did not answer in time
     /// (it died, or hangs): then MPI cannot shut down cleanly, and the caller should exit at
@@ -238,11 +358,11 @@ impl MpiPeers {
             drop(stop);
             let _ = thread.join();
         }
+        // After everything this process sent before: its ranks are done.
+        self.send_to_all(&[LEAVING]);
         let senders = {
             let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let open: Vec<Sender<Vec<u8>>> = queues.iter_mut().filter_map(Option::take).collect();
-            open.iter().for_each(|q| drop(q.send(vec![LEAVING])));
-            open.len()
+            queues.iter_mut().filter_map(Option::take).count()
         };
         let flushed = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..senders {
@@ -251,25 +371,22 @@ impl MpiPeers {
                 return false;
             }
         }
-        let mut state = self.heard.lock();
+        let heard = &self.inbox.heard;
+        let mut state = heard.lock();
         while state.leaving < self.processes - 1 {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
-            state = self
-                .heard
+            state = heard
                 .changed
                 .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
         drop(state);
-        // Everyone has sent their last message; an empty one to itself stops the listener.
-        self.universe
-            .world()
-            .process_at_rank(self.process as i32)
-            .send_with_tag(&[] as &[u8], TAG);
+        // Every process has sent its last message to this one.
+        self.inbox.closed.store(true, Ordering::Release);
         let listener = self
             .listener
             .lock()
@@ -307,29 +424,24 @@ impl Peers for MpiPeers {
     }
 
     fn send(&self, to: u32, bytes: Vec<u8>) -> Result<(), String> {
-        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        match queues.get(to as usize) {
-            Some(Some(queue)) => queue
-                .send(bytes)
-                .map_err(|_| format!("the sender to process {to} has stopped")),
-            Some(None) => Err(format!(
-                "no queue to process {to}: it is this one, or closed"
-            )),
-            None => Err(format!("no process {to} among {}", self.processes)),
-        }
+        self.send_now(to, bytes)
     }
 
     fn listen(&self, deliver: Arc<dyn Fn(u32, Message) + Send + Sync>) {
         // Under the lock, so the listener hands over nothing newer before these.
-        let mut state = self.heard.lock();
+        let mut state = self.inbox.heard.lock();
         for (from, message) in std::mem::take(&mut state.waiting) {
             deliver(from, message);
         }
         state.deliver = Some(deliver);
     }
 
+    fn poll(&self) -> bool {
+        self.inbox.take()
+    }
+
     fn silent_for(&self, process: u32) -> Option<Duration> {
-        let state = self.heard.lock();
+        let state = self.inbox.heard.lock();
         let last = state.last.get(process as usize).copied().flatten();
         // A process not heard from yet is as silent as the time since this one started.
         Some(last.map_or_else(|| self.started.elapsed(), |at| at.elapsed()))

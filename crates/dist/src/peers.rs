@@ -29,9 +29,16 @@ pub trait Peers: Send + Sync {
     /// Sends `bytes` to process `to`; returns once they are on their way.
     fn send(&self, to: u32, bytes: Vec<u8>) -> Result<(), String>;
     /// Has `deliver` called with every message another process sends this one (also those
-    /// that came before), in order per sender, on a thread of the transport's, until the
-    /// transport is shut down.
+    /// that came before), in order per sender, until the transport is shut down: on a thread
+    /// of the transport's, or on one that calls [`Peers::poll`].
     fn listen(&self, deliver: Arc<dyn Fn(u32, Message) + Send + Sync>);
+    /// Hands over, on the calling thread, a message that has come, if the transport can and
+    /// no other thread is doing so; true when it handed one over. A rank that waits only for
+    /// other processes calls it instead of sleeping, so an arrival reaches it without waking
+    /// another thread. A transport whose own thread delivers everything need not.
+    fn poll(&self) -> bool {
+        false
+    }
     /// How long process `process` has said nothing (heartbeats count), when the transport
     /// knows; a launcher waiting for a process's report gives up on one silent for longer
     /// than the collective timeout.

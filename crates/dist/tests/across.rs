@@ -4,8 +4,9 @@
 //! meetings of the others at once, by name. The MPI transport carries the same messages
 //! (tests/python/test_mpi.py runs it under mpirun).
 
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
@@ -19,11 +20,38 @@ use neuronlab_dist::{ProcessGroup, RankComm, ReduceOp, World, WorldOptions};
 /// A message on a channel: its sender and its bytes.
 type Sent = (u32, Vec<u8>);
 
-/// One simulated process's end of the channels.
+/// What a simulated process hands messages to, once the world listens.
+type Deliver = Arc<dyn Fn(u32, Message) + Send + Sync>;
+
+/// One simulated process's end of the channels. Messages are handed over as the MPI
+/// transport does: by a listener thread that looks every 100 us, or by a waiting rank that
+/// polls, one at a time.
 struct Pipes {
     me: u32,
     to: Vec<Sender<Sent>>,
-    from: Mutex<Option<Receiver<Sent>>>,
+    from: Arc<Mutex<Receiver<Sent>>>,
+    deliver: Arc<OnceLock<Deliver>>,
+    /// How many messages each way handed over: by the listener, by a polling rank.
+    handed: Arc<[AtomicUsize; 2]>,
+}
+
+/// Hands over one message from `from`, if one has come and no other thread is at it; None
+/// once every sender is gone.
+fn hand_over(from: &Mutex<Receiver<Sent>>, deliver: &OnceLock<Deliver>) -> Option<bool> {
+    let Ok(from) = from.try_lock() else {
+        return Some(false);
+    };
+    let Some(deliver) = deliver.get() else {
+        return Some(false);
+    };
+    match from.try_recv() {
+        Ok((sender, bytes)) => {
+            deliver(sender, Message::decode(&bytes).expect("a whole message"));
+            Some(true)
+        }
+        Err(TryRecvError::Empty) => Some(false),
+        Err(TryRecvError::Disconnected) => None,
+    }
 }
 
 impl Peers for Pipes {
@@ -38,13 +66,24 @@ impl Peers for Pipes {
             .send((self.me, bytes))
             .map_err(|_| "gone".into())
     }
-    fn listen(&self, deliver: Arc<dyn Fn(u32, Message) + Send + Sync>) {
-        let from = self.from.lock().unwrap().take().expect("one listener");
-        std::thread::spawn(move || {
-            for (sender, bytes) in from {
-                deliver(sender, Message::decode(&bytes).expect("a whole message"));
+    fn listen(&self, deliver: Deliver) {
+        assert!(self.deliver.set(deliver).is_ok(), "one listener");
+        let (from, deliver, handed) =
+            (self.from.clone(), self.deliver.clone(), self.handed.clone());
+        std::thread::spawn(move || loop {
+            match hand_over(&from, &deliver) {
+                Some(true) => drop(handed[0].fetch_add(1, Ordering::Relaxed)),
+                Some(false) => std::thread::sleep(Duration::from_micros(100)),
+                None => return,
             }
         });
+    }
+    fn poll(&self) -> bool {
+        let took = hand_over(&self.from, &self.deliver) == Some(true);
+        if took {
+            self.handed[1].fetch_add(1, Ordering::Relaxed);
+        }
+        took
     }
 }
 
@@ -57,7 +96,9 @@ fn pipes(processes: u32) -> Vec<Arc<Pipes>> {
             Arc::new(Pipes {
                 me: me as u32,
                 to: senders.clone(),
-                from: Mutex::new(Some(rx)),
+                from: Arc::new(Mutex::new(rx)),
+                deliver: Arc::new(OnceLock::new()),
+                handed: Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
             })
         })
         .collect()
@@ -73,16 +114,19 @@ fn runtime() -> Arc<Runtime> {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs `f` on every rank of `processes` x `per_process` ranks, each simulated process with
-/// its own runtime; the results in rank order.
-fn across<R: Send>(
+/// its own runtime; the results in rank order, and how many messages the listeners and the
+/// polling ranks handed over.
+fn across_counted<R: Send>(
     processes: u32,
     per_process: u32,
     timeout: Duration,
     f: impl Fn(&mut RankComm) -> R + Sync,
-) -> Vec<R> {
+) -> (Vec<R>, [usize; 2]) {
     let options = WorldOptions { timeout };
-    let worlds: Vec<Arc<World>> = pipes(processes)
-        .into_iter()
+    let pipes = pipes(processes);
+    let worlds: Vec<Arc<World>> = pipes
+        .iter()
+        .cloned()
         .map(|p| {
             let launcher = Arc::new(|_: u32, _: Vec<u8>| {});
             World::across(runtime(), per_process, p, options.clone(), launcher).unwrap()
@@ -101,8 +145,25 @@ fn across<R: Send>(
                 }));
             }
         }
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let handed = |way: usize| {
+            pipes
+                .iter()
+                .map(|p| p.handed[way].load(Ordering::Relaxed))
+                .sum()
+        };
+        (results, [handed(0), handed(1)])
     })
+}
+
+/// [`across_counted`]'s results alone.
+fn across<R: Send>(
+    processes: u32,
+    per_process: u32,
+    timeout: Duration,
+    f: impl Fn(&mut RankComm) -> R + Sync,
+) -> Vec<R> {
+    across_counted(processes, per_process, timeout, f).0
 }
 
 /// The same on one process.
@@ -174,11 +235,16 @@ fn every_collective_matches_the_one_process_world_bit_for_bit() {
     for (processes, per_process) in [(2, 2), (4, 1), (2, 3)] {
         for dtype in [DType::F32, DType::Bf16, DType::F16, DType::F64, DType::I32] {
             let n = processes * per_process;
-            let spread = across(processes, per_process, TIMEOUT, |c| {
+            let (spread, handed) = across_counted(processes, per_process, TIMEOUT, |c| {
                 every_collective(c, dtype)
             });
             let one = together(n, |c| every_collective(c, dtype));
             assert_eq!(spread, one, "{processes} x {per_process} ranks, {dtype}");
+            // Both ways of handing messages over took part, so the results hold for either.
+            assert!(
+                handed.iter().all(|&n| n > 0),
+                "messages handed over by the listener and by polling ranks: {handed:?}"
+            );
         }
     }
 }
