@@ -69,7 +69,15 @@ impl Buffer {
     /// Appends the little-endian bytes of the elements to `out` (bool as 0/1 bytes): one
     /// pass, without a buffer of its own (collectives across processes send gigabytes so).
     pub fn append_le_bytes(&self, out: &mut Vec<u8>) {
-        fn append<T: Copy, const W: usize>(out: &mut Vec<u8>, v: &[T], f: impl Fn(T) -> [u8; W]) {
+        fn append<T: bytemuck::Pod, const W: usize>(
+            out: &mut Vec<u8>,
+            v: &[T],
+            f: impl Fn(T) -> [u8; W],
+        ) {
+            // In memory the elements already are their little-endian bytes: one copy.
+            if cfg!(target_endian = "little") {
+                return out.extend_from_slice(bytemuck::cast_slice(v));
+            }
             out.reserve(v.len() * W);
             for &x in v {
                 out.extend_from_slice(&f(x));
@@ -93,7 +101,10 @@ impl Buffer {
         if !bytes.len().is_multiple_of(dtype.size()) {
             return None;
         }
-        fn parse<T, const W: usize>(b: &[u8], f: impl Fn([u8; W]) -> T) -> Vec<T> {
+        fn parse<T: bytemuck::Pod, const W: usize>(b: &[u8], f: impl Fn([u8; W]) -> T) -> Vec<T> {
+            if cfg!(target_endian = "little") {
+                return bytemuck::pod_collect_to_vec(b);
+            }
             b.chunks_exact(W)
                 .map(|c| f(c.try_into().expect("chunks_exact yields W bytes")))
                 .collect()
