@@ -17,11 +17,11 @@
 //! waiting rank is interrupted. The failure stays recorded, so a rank that arrives late gets
 //! the same error instead of waiting again.
 //!
-//! **Waiting does not spin.** A waiting rank sleeps on a condition variable; it wakes when a
-//! meeting completes, a rank ends, or every [`CANCEL_POLL`] to look at its interrupt flag.
-//! The one exception is short: a rank that waits only for ranks of other processes first
-//! takes their messages itself for up to [`POLL_FOR`] ([`Peers::poll`]), since waking it from
-//! the transport's thread costs more than a small collective.
+//! **Waiting does not spin.** A waiting rank sleeps on its meeting's condition variable; it
+//! wakes when the meeting completes, a rank ends, or every [`CANCEL_POLL`] to look at its
+//! interrupt flag. The one exception is short: a rank that waits only for ranks of other
+//! processes first takes their messages itself for up to [`POLL_FOR`] ([`Peers::poll`]),
+//! since waking it from the transport's thread costs more than a small collective.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -222,6 +222,9 @@ struct Meeting {
     collected: usize,
     /// Whether a rank is computing the outcome now (the arrivals are taken).
     computing: bool,
+    /// What the meeting's waiting ranks sleep on: one per meeting, so a meeting's outcome
+    /// wakes its own ranks and not every waiting rank of the world.
+    wake: Arc<Condvar>,
 }
 
 /// `all_reduce #3 on group [0, 1]`.
@@ -238,6 +241,7 @@ impl Meeting {
             outcome: None,
             collected: 0,
             computing: false,
+            wake: Arc::default(),
         }
     }
 
@@ -284,7 +288,6 @@ pub struct World {
     cores: Vec<CoreId>,
     options: WorldOptions,
     state: Mutex<State>,
-    changed: Condvar,
     spread: Option<Spread>,
 }
 
@@ -367,7 +370,6 @@ impl World {
             cores,
             options,
             state: Mutex::new(State::default()),
-            changed: Condvar::new(),
             spread: None,
         }
     }
@@ -440,13 +442,19 @@ impl World {
                     input: input.map(Input::Remote),
                 };
                 meeting.admit(position, arrival, invalid, &what);
+                meeting.wake.notify_all();
             }
-            Message::Departed { rank, how } => {
-                self.lock().ended.insert(rank, how);
-            }
-            Message::Launcher(_) => return,
+            Message::Departed { rank, how } => self.ended(rank, how),
+            Message::Launcher(_) => {}
         }
-        self.changed.notify_all();
+    }
+
+    /// Records that `rank` has ended, and wakes every waiting rank to see whether it was
+    /// waiting for it.
+    fn ended(&self, rank: u32, how: String) {
+        let mut state = self.lock();
+        state.ended.insert(rank, how);
+        state.meetings.values().for_each(|m| m.wake.notify_all());
     }
 
     /// Number of ranks.
@@ -492,8 +500,7 @@ impl World {
     /// Records that `rank`'s guest has ended (`how`: "finished", "stopped with an error:
     /// ..."), so meetings waiting for it fail at once instead of timing out.
     pub fn depart(&self, rank: u32, how: String) {
-        self.lock().ended.insert(rank, how.clone());
-        self.changed.notify_all();
+        self.ended(rank, how.clone());
         if self.spread.is_some() {
             // Best effort: a process that cannot hear it times out instead.
             let everyone: Vec<u32> = (0..self.size()).collect();
@@ -696,6 +703,7 @@ impl RankComm {
             .entry(key.clone())
             .or_insert_with(|| Meeting::open(&arrival.call, group));
         let what = meeting_name(&meeting.call, key.seq, group);
+        let wake = meeting.wake.clone();
         meeting.admit(position, arrival, invalid, &what);
         if let Some(bytes) = wire {
             // Sent without the lock: the other processes' listeners take it meanwhile.
@@ -706,7 +714,7 @@ impl RankComm {
                 let meeting = state.meetings.get_mut(key).expect("meeting stays");
                 let message = format!("{what} failed: cannot reach the other processes: {e}");
                 meeting.outcome.get_or_insert(Err(message.clone()));
-                world.changed.notify_all();
+                wake.notify_all();
                 return Err(Error::Collective(message));
             }
         }
@@ -735,7 +743,7 @@ impl RankComm {
                     .get_mut(key)
                     .expect("meeting stays until collected");
                 meeting.outcome = Some(computed.map_err(|e| format!("{what} failed: {e}")));
-                world.changed.notify_all();
+                wake.notify_all();
                 continue;
             }
             let State { meetings, ended } = &mut *state;
@@ -756,8 +764,7 @@ impl RankComm {
                 return outcome.map_err(Error::Collective);
             }
             if meeting.computing {
-                state = world
-                    .changed
+                state = wake
                     .wait_timeout(state, CANCEL_POLL)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
@@ -770,7 +777,7 @@ impl RankComm {
                     self.rank,
                     list(&missing)
                 )));
-                world.changed.notify_all();
+                wake.notify_all();
                 return Err(interrupted_waiting(&what, &missing));
             }
             let gone: Vec<String> = missing
@@ -799,7 +806,7 @@ impl RankComm {
             };
             if let Some(message) = failure {
                 meeting.outcome = Some(Err(message.clone()));
-                world.changed.notify_all();
+                wake.notify_all();
                 return Err(Error::Collective(message));
             }
             if let Some(spread) = &world.spread {
@@ -814,8 +821,7 @@ impl RankComm {
                 }
             }
             let wait = (timeout - waited).min(CANCEL_POLL);
-            state = world
-                .changed
+            state = wake
                 .wait_timeout(state, wait)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
