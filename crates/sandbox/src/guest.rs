@@ -379,6 +379,19 @@ fn extern_kind(ty: &ExternType) -> &'static str {
     }
 }
 
+/// Makes this thread run the kernels of the ops it calls itself, for as long as the returned
+/// pool lives, instead of handing them to the process's thread pool: a pool of one thread,
+/// this one. For a thread that is one of at least as many busy threads as there are cores,
+/// where handing work to the shared pool only adds hand-offs and wake-ups. `None` when this
+/// thread is in a pool already.
+pub(crate) fn kernels_on_this_thread() -> Option<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .use_current_thread()
+        .build()
+        .ok()
+}
+
 /// Runs `f` on a fresh thread with a `stack`-byte stack, so deep guest recursion meets the
 /// wasm stack limit (a trap) long before the native stack ends. A panic in the host code that
 /// `f` runs becomes an error instead of taking the caller down.
@@ -395,6 +408,9 @@ fn on_guest_thread_within<R: Send>(
     watch: Option<(Duration, &AtomicBool)>,
     f: impl FnOnce() -> R + Send,
 ) -> Result<(R, bool), GuestError> {
+    // The guest's kernels run where the caller's would: on the guest thread itself when the
+    // caller runs its own on its own thread (see `kernels_on_this_thread`).
+    let own_pool = rayon::current_thread_index().is_some() && rayon::current_num_threads() == 1;
     std::thread::scope(|s| {
         let (done, finished) = std::sync::mpsc::channel::<()>();
         let mut enforced = false;
@@ -402,6 +418,7 @@ fn on_guest_thread_within<R: Send>(
             .name("neuronlab-guest".into())
             .stack_size(stack)
             .spawn_scoped(s, move || {
+                let _pool = own_pool.then(kernels_on_this_thread);
                 let r = f();
                 let _ = done.send(());
                 r

@@ -2,8 +2,11 @@
 //!
 //! Each rank is its own instance of the module (its own memory, handles and output), on its
 //! own thread and its own core (`neuron:<rank>`), started together; the ranks meet in
-//! collectives through one [`World`]. Ops of every rank share the process's thread pool; a rank
-//! waiting in a collective sleeps.
+//! collectives through one [`World`]. Ops of every rank share the process's thread pool, unless
+//! the process runs at least one rank per thread of the pool: then the ranks keep every core
+//! busy themselves, and each runs its ops' kernels on its own thread (handing a rank's small
+//! kernels to the shared pool would only add hand-offs and wake-ups). A rank waiting in a
+//! collective sleeps.
 //!
 //! [`RankOutputs`] turns the ranks' output into what a user reads: lines prefixed with
 //! `[rank3]: ` as torchrun prints them, by default only rank 0's, and with every rank shown,
@@ -154,6 +157,7 @@ pub fn launch(
             (world, to_rank_zero)
         }
     };
+    let kernels_on_rank_threads = world.local_ranks().len() >= rayon::current_num_threads();
     let results: Vec<RankResult> = std::thread::scope(|scope| {
         let ranks: Vec<_> = world
             .local_ranks()
@@ -170,6 +174,8 @@ pub fn launch(
                 let spawned = std::thread::Builder::new()
                     .name(format!("neuronlab-rank{rank}"))
                     .spawn_scoped(scope, move || {
+                        let _own_pool =
+                            kernels_on_rank_threads.then(crate::guest::kernels_on_this_thread);
                         let comm = world.rank(rank);
                         let result =
                             run_rank(sandbox, module, comm, shared, options, sink, interrupt);
