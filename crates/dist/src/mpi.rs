@@ -60,6 +60,10 @@ pub struct MpiPeers {
     /// The completer threads, each telling `flushed` when its queue is closed and every
     /// send in it complete.
     flushed: Mutex<Receiver<u32>>,
+    /// Held while a thread starts a send. OpenMPI's send path spins on its own locks, and
+    /// with more threads than cores a thread that holds one may be descheduled: the others
+    /// then sleep here instead of spinning out their time slices.
+    sending: Mutex<()>,
     inbox: Arc<Inbox>,
     listener: Mutex<Option<JoinHandle<()>>>,
     /// The heartbeat thread, and the sender whose drop stops it.
@@ -253,6 +257,7 @@ impl MpiPeers {
             process,
             queues: Mutex::new(queues),
             flushed: Mutex::new(flushed),
+            sending: Mutex::new(()),
             inbox,
             listener: Mutex::new(None),
             heartbeat: Mutex::new(None),
@@ -317,6 +322,7 @@ impl MpiPeers {
             }
             None => return Err(format!("no process {to} among {}", self.processes)),
         };
+        let sending = self.sending.lock().unwrap_or_else(|e| e.into_inner());
         if bytes.len() <= EAGER_MAX {
             self.universe
                 .world()
@@ -324,7 +330,9 @@ impl MpiPeers {
                 .send_with_tag(&bytes[..], TAG);
             return Ok(());
         }
-        let Err(pending) = InFlight::start(&self.universe, to, bytes).try_finish() else {
+        let started = InFlight::start(&self.universe, to, bytes).try_finish();
+        drop(sending);
+        let Err(pending) = started else {
             return Ok(());
         };
         completer.send(pending).map_err(|mpsc::SendError(pending)| {
