@@ -8,11 +8,10 @@
 //! thread itself, in program order, so each thread's messages keep their order: small ones
 //! with `MPI_Send`, which MPI completes at once ([`EAGER_MAX`]), larger ones with
 //! `MPI_Isend`, handed to the completer thread of their destination, which frees the buffer
-//! when MPI is done with it. A rank never blocks
-//! in MPI: a send to a process that died stays with the completer while the rank's
-//! collective times out by its own clock, naming the missing ranks (MPI alone would hang in
-//! `MPI_Send`). A heartbeat every [`HEARTBEAT`] tells each process which others still
-//! answer.
+//! when MPI is done with it. A rank never blocks in MPI: a send to a process that died stays
+//! with the completer while the rank's collective times out by its own clock, naming the
+//! missing ranks (MPI alone would hang in `MPI_Send`). A heartbeat every [`HEARTBEAT`] tells
+//! each process which others still answer.
 //!
 //! MPI only moves bytes: reductions happen in neuronlab, in group order (see `peers`).
 
@@ -109,7 +108,7 @@ impl InFlight {
     fn start(universe: &Universe, to: u32, bytes: Vec<u8>) -> InFlight {
         let bytes = Box::into_raw(bytes.into_boxed_slice());
         // SAFETY: the buffer stays allocated and unchanged until the request is complete
-        // (`finish_with` frees it only then), which is all MPI needs of it.
+        // (`try_finish` frees it only then), which is all MPI needs of it.
         let buffer: &'static [u8] = unsafe { &*bytes };
         let request = universe
             .world()
@@ -308,13 +307,14 @@ impl MpiPeers {
     /// Sends `bytes` to process `to`, or starts to: a send MPI has not completed at once goes
     /// to the destination's completer thread.
     fn send_now(&self, to: u32, bytes: Vec<u8>) -> Result<(), String> {
+        // Only a send that may not complete at once needs the destination's completer.
         let completer = match self
             .queues
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(to as usize)
         {
-            Some(Some(queue)) => queue.clone(),
+            Some(Some(queue)) => (bytes.len() > EAGER_MAX).then(|| queue.clone()),
             Some(None) => {
                 return Err(format!(
                     "no queue to process {to}: it is this one, or closed"
@@ -323,13 +323,13 @@ impl MpiPeers {
             None => return Err(format!("no process {to} among {}", self.processes)),
         };
         let sending = self.sending.lock().unwrap_or_else(|e| e.into_inner());
-        if bytes.len() <= EAGER_MAX {
+        let Some(completer) = completer else {
             self.universe
                 .world()
                 .process_at_rank(to as i32)
                 .send_with_tag(&bytes[..], TAG);
             return Ok(());
-        }
+        };
         let started = InFlight::start(&self.universe, to, bytes).try_finish();
         drop(sending);
         let Err(pending) = started else {
