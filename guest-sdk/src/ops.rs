@@ -3588,3 +3588,73 @@ impl TrilOptions {
         attrs
     }
 }
+
+impl Tensor {
+    /// one torch.optim.Adam update (L2 weight decay): new param, exp\_avg, exp\_avg\_sq.
+    ///
+    /// Op `adam_step` (optimizer): `adam_step(param, grad, exp_avg, exp_avg_sq, lr, step; beta1: float, beta2: float, eps: float, weight_decay: float) -> param, exp_avg, exp_avg_sq`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let out = param.adam_step(&grad, &exp_avg, &exp_avg_sq, &lr, &step, beta1, beta2, eps, weight_decay)?;
+    /// ```
+    #[track_caller]
+    pub fn adam_step(
+        &self,
+        grad: &Tensor,
+        exp_avg: &Tensor,
+        exp_avg_sq: &Tensor,
+        lr: &Tensor,
+        step: &Tensor,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> Result<[Tensor; 3]> {
+        static OP: Op = Op::new("adam_step");
+        OP.call(
+            &[self, grad, exp_avg, exp_avg_sq, lr, step],
+            Attrs::new()
+                .float("beta1", beta1)
+                .float("beta2", beta2)
+                .float("eps", eps)
+                .float("weight_decay", weight_decay),
+        )
+    }
+}
+
+impl Tensor {
+    /// one torch.optim.AdamW update (decoupled weight decay): new param and moments.
+    ///
+    /// Op `adamw_step` (optimizer): `adamw_step(param, grad, exp_avg, exp_avg_sq, lr, step; beta1: float, beta2: float, eps: float, weight_decay: float) -> param, exp_avg, exp_avg_sq`
+    ///
+    /// # Example
+    ///
+    /// ```ignore
+    /// let out = param.adamw_step(&grad, &exp_avg, &exp_avg_sq, &lr, &step, beta1, beta2, eps, weight_decay)?;
+    /// ```
+    #[track_caller]
+    pub fn adamw_step(
+        &self,
+        grad: &Tensor,
+        exp_avg: &Tensor,
+        exp_avg_sq: &Tensor,
+        lr: &Tensor,
+        step: &Tensor,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> Result<[Tensor; 3]> {
+        static OP: Op = Op::new("adamw_step");
+        OP.call(
+            &[self, grad, exp_avg, exp_avg_sq, lr, step],
+            Attrs::new()
+                .float("beta1", beta1)
+                .float("beta2", beta2)
+                .float("eps", eps)
+                .float("weight_decay", weight_decay),
+        )
+    }
+}

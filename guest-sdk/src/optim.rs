@@ -157,13 +157,6 @@ fn scale(t: &Tensor, value: f64) -> Result<Tensor> {
     narrow(w.mul(&scalar(value, &w)?)?, t.dtype())
 }
 
-/// `t * s` for a 0-d f64 tensor `s` (a step-dependent number), as [`scale`] does.
-#[track_caller]
-fn scale_by(t: &Tensor, s: &Tensor) -> Result<Tensor> {
-    let w = widen(t)?;
-    narrow(w.mul(&s.cast(w.dtype())?)?, t.dtype())
-}
-
 /// `a + alpha * b` as one of torch's ops (`add(b, alpha=...)`).
 #[track_caller]
 fn add_scaled(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
@@ -479,51 +472,24 @@ impl<'a> AdamState<'a> {
         })
     }
 
+    /// One update per parameter by the host's fused op (`adam_step` or `adamw_step`, as
+    /// torch's `fused=True`), which rounds where torch's single-tensor loop rounds.
     #[track_caller]
     fn step(&mut self) -> Result<()> {
         let c = self.config;
         let (b1, b2) = c.betas;
         self.schedule.steps += 1;
         no_grad(|| {
-            let f64_const = |v: f64| constant(v, DType::F64);
-            // A second handle, as `advance` borrows the schedule mutably.
-            let lr = self.schedule.lr.try_clone()?;
-            let decay = f64_const(1.0)?.sub(&lr.mul(&f64_const(c.weight_decay)?)?)?;
             for (i, (p, (m, v))) in self.params.iter().zip(&self.moments).enumerate() {
-                let Some(mut g) = p.grad()? else { continue };
+                let Some(g) = p.grad()? else { continue };
                 let step = self.schedule.advance(i)?;
-                // As torch's Python floats: bias_correction1 = 1 - beta1 ** step, and so on.
-                let bias1 = f64_const(1.0)?.sub(&f64_const(b1)?.pow(&step)?)?;
-                let bias2 = f64_const(1.0)?.sub(&f64_const(b2)?.pow(&step)?)?;
-                let neg_step_size = lr.div(&bias1)?.neg()?;
-                let bias2_sqrt = bias2.sqrt()?;
-                let dt = p.dtype();
-                let mut param = p.try_clone()?;
-                if self.decoupled {
-                    // torch: param.mul_(1 - lr * weight_decay)
-                    param = scale_by(&param, &decay)?;
-                } else if c.weight_decay != 0.0 {
-                    // torch: grad = grad.add(param, alpha=weight_decay)
-                    g = add_scaled(&g, &param, c.weight_decay)?;
-                }
-                let (wg, wm) = (widen(&g)?, widen(m)?);
-                // torch: exp_avg.lerp_(grad, 1 - beta1), for a weight below 0.5
-                let m_new = narrow(wm.add(&scale(&wg.sub(&wm)?, 1.0 - b1)?)?, dt)?;
-                // torch: exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                let v_scaled = widen(&scale(v, b2)?)?;
-                let wg2 = scale(&wg, 1.0 - b2)?.mul(&wg)?;
-                let v_new = narrow(v_scaled.add(&wg2)?, dt)?;
-                // torch: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                let root = narrow(widen(&v_new)?.sqrt()?, dt)?;
-                let wr = widen(&root)?;
-                let corrected = narrow(wr.div(&bias2_sqrt.cast(wr.dtype())?)?, dt)?;
-                let wc = widen(&corrected)?;
-                let denom = narrow(wc.add(&scalar(c.eps, &wc)?)?, dt)?;
-                // torch: param.addcdiv_(exp_avg, denom, value=-step_size)
-                let ratio = widen(&m_new)?.div(&widen(&denom)?)?;
-                let step_size = neg_step_size.cast(ratio.dtype())?;
-                let updated = widen(&param)?.add(&step_size.mul(&ratio)?)?;
-                p.set_data(&narrow(updated, dt)?)?;
+                let lr = &self.schedule.lr;
+                let [param, m_new, v_new] = if self.decoupled {
+                    p.adamw_step(&g, m, v, lr, &step, b1, b2, c.eps, c.weight_decay)?
+                } else {
+                    p.adam_step(&g, m, v, lr, &step, b1, b2, c.eps, c.weight_decay)?
+                };
+                p.set_data(&param)?;
                 m.set_data(&m_new)?;
                 v.set_data(&v_new)?;
             }

@@ -11,7 +11,9 @@ How it works:
   the reference sees.
 - References compute in float64 (int64 for integers, with two's-complement wrapping) from the
   exact input values, then round once to the output dtype. Output dtypes follow PyTorch's type
-  promotion (torch.result_type) and are checked exactly, as are shapes.
+  promotion (torch.result_type) and are checked exactly, as are shapes. The fused optimizer
+  steps are the exception: their references round after each of torch's in-place ops, as the
+  ops do, and ops with several outputs are compared output by output.
 - rand and randn cannot match numpy's generator: they are checked for shape, dtype, determinism
   and distribution statistics (RANDOM_TOLERANCES).
 
@@ -670,6 +672,28 @@ def gen_cross_entropy(rng, large) -> Calls:
         yield [operand(rng, [3, 4], "f32"), dense([-100, -100, -100], "i64")], {}
 
 
+def gen_adam(rng, large) -> Calls:
+    """A parameter, its gradient and moments (the second moment non-negative) of one shape and
+    dtype, each in its own layout; the learning rate and the step count as 0-d tensors."""
+    for dtype in FLOATS[:2] if large else FLOATS:
+        shape = shape_for(rng, large)
+        at = {
+            "beta1": float(rng.uniform(0.8, 0.95)),
+            "beta2": float(rng.uniform(0.99, 0.9999)),
+            "eps": float(rng.choice([1e-8, 1e-6])),
+            "weight_decay": float(rng.choice([0.0, 0.01, 0.1])),
+        }
+        state = [
+            operand(rng, shape, dtype),
+            operand(rng, shape, dtype, lo=-1, hi=1),
+            operand(rng, shape, dtype, lo=-0.5, hi=0.5),
+            operand(rng, shape, dtype, lo=0, hi=0.3),
+        ]
+        lr = dense(float(rng.uniform(1e-4, 0.1)), str(rng.choice(["f64", "f32"])))
+        step = dense(float(rng.integers(1, 50)), "f64")
+        yield [*state, lr, step], at
+
+
 def gen_embedding(rng, large) -> Calls:
     for dtype in ("f32", "bf16") if large else DTYPES:
         v, d = (500, 96) if large else (int(rng.integers(1, 8)), int(rng.integers(1, 8)))
@@ -1111,6 +1135,34 @@ def ref_cross_entropy(case, logits, target):
     return Expect(np.float64(loss.sum()) / keep.sum(), dtype, np.float64(terms.sum()) / keep.sum())
 
 
+def ref_adam(decoupled: bool):
+    """torch's single-tensor Adam / AdamW step: each in-place op computes in f32 (f64 for f64)
+    and rounds to the parameter's dtype; the step's scalars are Python floats (f64)."""
+
+    def ref(case, param, grad, exp_avg, exp_avg_sq, lr, step):
+        at, dtype = case.attrs, case.inputs[0].dtype
+        c = np.float64 if dtype == "f64" else np.float32
+        lr, step = float(lr), float(step)
+        b1, b2, eps, wd = at["beta1"], at["beta2"], at["eps"], at["weight_decay"]
+
+        def store(x):  # an in-place op's result, rounded to the parameter's dtype
+            return round_to(x, dtype).astype(c)
+
+        p, g, m, v = (np.asarray(x).astype(c) for x in (param, grad, exp_avg, exp_avg_sq))
+        if decoupled:
+            p = store(p * c(1.0 - lr * wd))
+        elif wd != 0.0:
+            g = store(g + p * c(wd))
+        m = store(m + (g - m) * c(1.0 - b1))
+        v = store(store(v * c(b2)) + g * c(1.0 - b2) * g)
+        bias1, bias2 = 1.0 - b1**step, 1.0 - b2**step
+        denom = store(store(store(np.sqrt(v)) / c(math.sqrt(bias2))) + c(eps))
+        p = store(p + c(-(lr / bias1)) * (m / denom))
+        return [Expect(x.astype(np.float64), dtype) for x in (p, m, v)]
+
+    return ref
+
+
 def ref_embedding(case, indices, weight):
     return Expect(weight[indices], case.inputs[1].dtype)
 
@@ -1322,6 +1374,10 @@ CHECKS: dict[str, OpCheck | RandomCheck] = {
     # The registry's default eps is 1e-6 (torch's rms_norm defaults to finfo(dtype).eps).
     "rms_norm": OpCheck(gen_norm(with_bias=False), ref_norm(center=False, default_eps=1e-6), "reduction"),
     "cross_entropy": OpCheck(gen_cross_entropy, ref_cross_entropy, "reduction"),
+    # optimizer updates (three outputs: param, exp_avg, exp_avg_sq); the reference rounds
+    # where torch's in-place ops do, in IEEE arithmetic, so the results are exact
+    "adam_step": OpCheck(gen_adam, ref_adam(decoupled=False), "exact"),
+    "adamw_step": OpCheck(gen_adam, ref_adam(decoupled=True), "exact"),
     # indexing
     "embedding": OpCheck(gen_embedding, ref_embedding),
     "index_select": OpCheck(gen_index_select, ref_index_select),
@@ -1496,12 +1552,21 @@ def batch(opcheck, tmp_path_factory) -> Batch:
 # Comparison.
 
 
-def mismatch(case: Case, result: dict, expect: Expect, tolerance: str) -> str | None:
-    """None when the output matches the reference, else what differs."""
+def mismatch(case: Case, result: dict, expect: Expect | list[Expect], tolerance: str) -> str | None:
+    """None when the outputs match the reference (one Expect per output), else what differs."""
     if not result["ok"]:
         return f"failed: {result['error']}"
-    (got,) = result["values"]
-    out = result["outputs"][0]
+    expects = expect if isinstance(expect, list) else [expect]
+    if len(result["values"]) != len(expects):
+        return f"{len(result['values'])} outputs, expected {len(expects)}"
+    for i, (got, out, e) in enumerate(zip(result["values"], result["outputs"], expects)):
+        problem = output_mismatch(got, out, e, tolerance)
+        if problem:
+            return f"output {i}: {problem}" if len(expects) > 1 else problem
+    return None
+
+
+def output_mismatch(got: np.ndarray, out: dict, expect: Expect, tolerance: str) -> str | None:
     want = np.asarray(expect.values)
     if out["dtype"] != expect.dtype or list(out["shape"]) != list(want.shape):
         return f"output is {out['dtype']}{out['shape']}, expected {expect.dtype}{list(want.shape)}"

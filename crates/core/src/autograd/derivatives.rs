@@ -64,8 +64,8 @@ pub enum Derivative {
         /// The formula.
         vjp: VjpFn,
     },
-    /// No gradient flows through the op: its results are integers or bools, or it has no
-    /// tensor inputs.
+    /// No gradient flows through the op: its results are integers or bools, it has no tensor
+    /// inputs, or it is an optimizer's update (which torch runs under `no_grad`).
     NotDifferentiable,
 }
 
@@ -1391,6 +1391,8 @@ static TABLE: &[(&str, Derivative)] = &[
             vjp: cross_entropy,
         },
     ),
+    ("adam_step", Derivative::NotDifferentiable),
+    ("adamw_step", Derivative::NotDifferentiable),
 ];
 
 #[cfg(test)]

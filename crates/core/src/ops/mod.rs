@@ -12,6 +12,7 @@ mod index;
 pub mod math;
 mod matmul;
 mod nn;
+mod optim;
 mod reduce;
 pub mod registry;
 mod shape;
@@ -36,6 +37,7 @@ impl Registry {
                 matmul::defs(),
                 nn::defs(),
                 index::defs(),
+                optim::defs(),
             ];
             Registry::new(families.into_iter().flatten().collect())
         })

@@ -204,6 +204,8 @@ pub enum OpGroup {
     Cast,
     /// Loss functions.
     Loss,
+    /// Optimizer updates (fused, as torch's `_fused_adamw_`).
+    Optimizer,
 }
 
 impl OpGroup {
@@ -220,6 +222,7 @@ impl OpGroup {
             OpGroup::Indexing => "indexing",
             OpGroup::Cast => "cast",
             OpGroup::Loss => "loss",
+            OpGroup::Optimizer => "optimizer",
         }
     }
 }
