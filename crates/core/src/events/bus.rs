@@ -1,8 +1,9 @@
 //! The event bus: stamps events, keeps the recent ones, and hands them to subscribers.
 //!
-//! `publish` sits on every op's path, so with no subscribers it only takes one short lock and
-//! moves the event into a ring buffer (which stops allocating once it has grown to its
-//! capacity). Subscribers cost one clone of the event per publish.
+//! `publish` sits on every op's path, from every rank's thread at once, so the one lock it
+//! takes covers only numbering, the device clocks and the ring buffer: each event is boxed
+//! (one `Arc`) before the lock, an event the full ring pushes out is dropped after it, and
+//! subscribers see the ring's own `Arc`, so none of them copies an event.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -22,7 +23,7 @@ type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// The recent events, oldest first, in `seq` order, and who else wants them.
 struct Recorder {
-    events: VecDeque<Event>,
+    events: VecDeque<Arc<Event>>,
     capacity: usize,
     next_seq: u64,
     dropped: u64,
@@ -36,19 +37,19 @@ struct Recorder {
 }
 
 impl Recorder {
-    /// `kind` as the next event in the stream, on `core`'s device clock (an op waiting for
-    /// inputs ready at `ready_us`), and when a collective's output is ready (0 otherwise).
-    fn stamp(&mut self, core: CoreId, ts_us: f64, ready_us: f64, kind: EventKind) -> (Event, f64) {
-        let seq = self.next_seq;
+    /// Numbers `event` as the next in the stream and lays it out on its core's device clock
+    /// (an op waiting for inputs ready at `ready_us`). Returns when a collective's output is
+    /// ready (0 otherwise).
+    fn stamp(&mut self, event: &mut Event, ready_us: f64) -> f64 {
+        event.seq = self.next_seq;
         self.next_seq += 1;
         let mut ready = 0.0;
-        let mut device_us = None;
-        if let Some(us) = kind.modeled_us() {
-            let i = core.0 as usize;
+        if let Some(us) = event.kind.modeled_us() {
+            let i = event.core.0 as usize;
             if self.clocks.len() <= i {
                 self.clocks.resize(i + 1, CoreClock::default());
             }
-            device_us = Some(match kind {
+            event.device_us = Some(match event.kind {
                 EventKind::Collective(_) => {
                     let (start, done) = self.clocks[i].collective(us);
                     ready = done;
@@ -57,26 +58,24 @@ impl Recorder {
                 _ => self.clocks[i].op(ready_us, us),
             });
         }
-        let event = Event {
-            seq,
-            ts_us,
-            device_us,
-            core,
-            kind,
-        };
-        (event, ready)
+        ready
     }
 
-    fn push(&mut self, event: Event) {
+    /// Keeps `event`; returns the one it pushes out of a full ring (or itself, without a
+    /// ring), for the caller to drop once the lock is released.
+    fn push(&mut self, event: Arc<Event>) -> Option<Arc<Event>> {
         if self.capacity == 0 {
             self.dropped += 1;
-            return;
+            return Some(event);
         }
-        if self.events.len() == self.capacity {
-            self.events.pop_front();
+        let evicted = if self.events.len() == self.capacity {
             self.dropped += 1;
-        }
+            self.events.pop_front()
+        } else {
+            None
+        };
         self.events.push_back(event);
+        evicted
     }
 }
 
@@ -148,28 +147,30 @@ impl EventBus {
         ready_us: f64,
         kinds: impl IntoIterator<Item = EventKind>,
     ) -> (u64, f64) {
-        let mut recorder = self.recorder();
-        let first = recorder.next_seq;
-        let mut ready = 0.0;
-        if recorder.subscribers.is_empty() {
-            for kind in kinds {
-                let (event, r) = recorder.stamp(core, start_us, ready_us, kind);
-                ready = r.max(ready);
-                recorder.push(event);
-            }
-            return (first, ready);
-        }
-        let subscribers = Arc::clone(&recorder.subscribers);
-        let events: SmallVec<[Event; 3]> = kinds
+        let mut events: SmallVec<[Arc<Event>; 3]> = kinds
             .into_iter()
             .map(|kind| {
-                let (event, r) = recorder.stamp(core, start_us, ready_us, kind);
-                ready = r.max(ready);
-                recorder.push(event.clone());
-                event
+                Arc::new(Event {
+                    seq: 0,
+                    ts_us: start_us,
+                    device_us: None,
+                    core,
+                    kind,
+                })
             })
             .collect();
+        let mut evicted: SmallVec<[Arc<Event>; 3]> = SmallVec::new();
+        let mut recorder = self.recorder();
+        let first = recorder.next_seq;
+        let mut ready = 0.0f64;
+        for event in &mut events {
+            let fresh = Arc::get_mut(event).expect("an event is not shared before it is kept");
+            ready = ready.max(recorder.stamp(fresh, ready_us));
+            evicted.extend(recorder.push(Arc::clone(event)));
+        }
+        let subscribers = Arc::clone(&recorder.subscribers);
         drop(recorder);
+        drop(evicted);
         for event in &events {
             for subscriber in subscribers.iter() {
                 subscriber(event);
@@ -190,7 +191,11 @@ impl EventBus {
 
     /// The recorded events, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.recorder().events.iter().cloned().collect()
+        self.recorder()
+            .events
+            .iter()
+            .map(|e| Event::clone(e))
+            .collect()
     }
 
     /// The recorded events with `seq >= seq`, oldest first. Take [`EventBus::next_seq`]
@@ -198,7 +203,11 @@ impl EventBus {
     pub fn since(&self, seq: u64) -> Vec<Event> {
         let recorder = self.recorder();
         let start = recorder.events.partition_point(|e| e.seq < seq);
-        recorder.events.range(start..).cloned().collect()
+        recorder
+            .events
+            .range(start..)
+            .map(|e| Event::clone(e))
+            .collect()
     }
 
     /// The `seq` the next event will get.
