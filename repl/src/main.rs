@@ -102,7 +102,8 @@ enum Command {
         #[arg(long)]
         collective_timeout: Option<String>,
         /// Writes the run's events as a Chrome trace (Perfetto, chrome://tracing): every rank's
-        /// track, of every process under mpirun.
+        /// track, of every process under mpirun, with every event of the run (held in memory
+        /// until the run ends).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// Grants the guest this folder, read-only; it addresses the files as

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use neuronlab_core::events::{save_chrome_trace, Summary};
+use neuronlab_core::events::save_chrome_trace;
 use neuronlab_dist::comm::parse_timeout;
 use neuronlab_sandbox::grants::Access;
 use neuronlab_sandbox::spmd::RankResult;
@@ -59,6 +59,10 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
     }
     let _ctrlc = CtrlC::install(session.interrupter())?;
     let mut renderer = Renderer::new();
+    if options.trace.is_some() {
+        // A trace of the whole run: the recorder keeps every event, not only the last ones.
+        session.runtime().bus().set_capacity(usize::MAX);
+    }
     let module = session
         .load_module(path)
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
@@ -126,17 +130,14 @@ fn report_run(
     }
     let report = report.map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let world_size = report.ranks.len() as u32;
-    // Under mpirun, process 0's bus holds every process's events (see spmd::launch).
-    let events = session.runtime().bus().events();
-    let summary = Summary::from_events(&events)
-        .with_peak_roles(session.runtime().memory())
-        .to_string();
     eprintln!(
         "\n-- {}\n-- {}",
         headline(&report, world_size),
-        summary.replace('\n', "\n-- ")
+        report.summary.to_string().replace('\n', "\n-- ")
     );
     if let Some(path) = &options.trace {
+        // Under mpirun, process 0's bus holds every process's events (see spmd::launch).
+        let events = session.runtime().bus().events();
         save_chrome_trace(path, &events).map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!(
             "-- trace written to {} (open it in Perfetto or chrome://tracing)",

@@ -4,7 +4,7 @@
 //! the process's ranks and the events they published (so process 0's summary, `%events` and
 //! trace cover every rank).
 
-use neuronlab_core::events::Event;
+use neuronlab_core::events::{Event, SummaryBuilder};
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_dist::peers::{Reader, Writer};
 
@@ -21,7 +21,7 @@ pub(crate) enum ForRankZero {
         text: String,
     },
     /// The sending process's ranks have ended, thus.
-    Done(Finished),
+    Done(Box<Finished>),
 }
 
 /// How a process's ranks ended.
@@ -29,8 +29,11 @@ pub(crate) enum ForRankZero {
 pub(crate) struct Finished {
     /// Each rank's result.
     pub(crate) results: Vec<(u32, Result<Vec<String>, GuestError>)>,
-    /// The events the process's ranks published during the launch.
+    /// The events the process's ranks published during the launch (those its recorder
+    /// kept: all of them under `--trace`).
     pub(crate) events: Vec<Event>,
+    /// Every event of the launch, counted: what process 0's summary adds for these ranks.
+    pub(crate) counted: SummaryBuilder,
     /// The sender's bus clock when it sent them: what aligns their host times with process
     /// 0's clock.
     pub(crate) sent_at_us: f64,
@@ -57,14 +60,17 @@ impl ForRankZero {
                 w.u8(u8::from(*stderr));
                 w.str(text);
             }
-            ForRankZero::Done(Finished {
-                results,
-                events,
-                sent_at_us,
-            }) => {
+            ForRankZero::Done(finished) => {
+                let Finished {
+                    results,
+                    events,
+                    counted,
+                    sent_at_us,
+                } = &**finished;
                 w.u8(1);
                 w.u64(sent_at_us.to_bits());
                 w.bytes(&serde_json::to_vec(events).expect("events serialise"));
+                w.bytes(&serde_json::to_vec(counted).expect("a summary serialises"));
                 w.u64(results.len() as u64);
                 for (rank, result) in results {
                     w.u32(*rank);
@@ -113,6 +119,8 @@ impl ForRankZero {
                 let sent_at_us = f64::from_bits(r.u64()?);
                 let events: Vec<Event> = serde_json::from_slice(r.bytes()?)
                     .map_err(|e| format!("events that do not parse: {e}"))?;
+                let counted: SummaryBuilder = serde_json::from_slice(r.bytes()?)
+                    .map_err(|e| format!("a summary that does not parse: {e}"))?;
                 let n = r.u64()?;
                 let mut results = Vec::new();
                 for _ in 0..n {
@@ -143,11 +151,12 @@ impl ForRankZero {
                     };
                     results.push((rank, result));
                 }
-                ForRankZero::Done(Finished {
+                ForRankZero::Done(Box::new(Finished {
                     results,
                     events,
+                    counted,
                     sent_at_us,
-                })
+                }))
             }
             kind => return Err(format!("unknown launcher message {kind}")),
         })
@@ -179,19 +188,25 @@ mod tests {
                 message: "hello".into(),
             },
         );
-        let done = ForRankZero::Done(Finished {
+        let mut counted = SummaryBuilder::default();
+        bus.events().iter().for_each(|e| counted.add(e));
+        let done = ForRankZero::Done(Box::new(Finished {
             results: vec![(2, Ok(vec!["6".into()])), (3, Err(error.clone()))],
             events: bus.events(),
+            counted: counted.clone(),
             sent_at_us: 12.5,
-        });
+        }));
         match ForRankZero::decode(&done.encode()).unwrap() {
-            ForRankZero::Done(Finished {
-                results,
-                events,
-                sent_at_us,
-            }) => {
+            ForRankZero::Done(finished) => {
+                let Finished {
+                    results,
+                    events,
+                    counted: arrived,
+                    sent_at_us,
+                } = *finished;
                 assert_eq!(sent_at_us, 12.5);
                 assert_eq!(events, bus.events());
+                assert_eq!(arrived, counted);
                 assert_eq!(results[0].0, 2);
                 assert_eq!(results[0].1.as_ref().unwrap(), &["6"]);
                 let e = results[1].1.as_ref().unwrap_err();

@@ -21,7 +21,7 @@ use crate::{
     GuestError, GuestErrorKind, GuestModule, GuestOutput, InterruptHandle, Limits, OutputSink,
     Sandbox,
 };
-use neuronlab_core::events::EventBus;
+use neuronlab_core::events::{EventBus, SummaryWindow};
 use neuronlab_core::tensor::{format_tensor, FormatOptions};
 use neuronlab_core::{Error, Runtime};
 use neuronlab_dist::peers::{Message, Peers, Processes};
@@ -122,6 +122,8 @@ pub fn launch(
     let (done_tx, done) = mpsc::channel();
     let bus = runtime.bus().clone();
     let first_event = bus.next_seq();
+    // What a process other than 0 reports of its ranks' events, all of them.
+    let counted = SummaryWindow::open(&bus);
     let (world, to_rank_zero) = match &options.processes {
         None => (
             World::new(runtime, options.nproc, options.world.clone())?,
@@ -141,7 +143,7 @@ pub fn launch(
                             },
                         ),
                         Ok(ForRankZero::Done(finished)) => {
-                            let _ = done_tx.send((from, finished));
+                            let _ = done_tx.send((from, *finished));
                         }
                         Err(e) => eprintln!("neuronlab: a bad message from process {from}: {e}"),
                     },
@@ -219,9 +221,10 @@ pub fn launch(
         let finished = Finished {
             results: results.into_iter().map(|r| (r.rank, r.result)).collect(),
             events: bus.since(first_event),
+            counted: counted.counted(),
             sent_at_us: bus.now_us(),
         };
-        let bytes = Message::Launcher(ForRankZero::Done(finished).encode()).encode();
+        let bytes = Message::Launcher(ForRankZero::Done(Box::new(finished)).encode()).encode();
         peers
             .send(0, bytes)
             .map_err(|e| Error::Collective(format!("cannot report to process 0: {e}")))?;
@@ -264,11 +267,13 @@ fn gather(
             Ok((from, theirs)) => {
                 waiting.retain(|&p| p != from);
                 // Their events join this process's, on this clock (the message's own
-                // latency aside), so the summary and the trace cover every rank.
+                // latency aside), so the trace covers every rank; and what they counted joins
+                // the summaries, which would count only the events their recorder kept.
                 let shift = bus.now_us() - theirs.sent_at_us;
                 for e in theirs.events {
-                    bus.publish_at(e.core, e.ts_us + shift, e.kind);
+                    bus.replay_at(e.core, e.ts_us + shift, e.kind);
                 }
+                bus.count(&theirs.counted);
                 all.extend(
                     theirs
                         .results

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use neuronlab_core::events::{Summary, SummaryWindow};
 use neuronlab_dist::peers::Processes;
 use neuronlab_sandbox::spmd::{
     launch, RankOutputs, RankResult, RankView, SpmdInterrupt, SpmdOptions,
@@ -44,6 +45,9 @@ pub struct RunReport {
     pub load_time: Duration,
     /// Every rank's result.
     pub ranks: Vec<RankResult>,
+    /// What every rank's events amount to (under mpirun, on process 0, every process's),
+    /// counted as they were published: none is missing when the recorder kept fewer.
+    pub summary: Summary,
 }
 
 impl RunReport {
@@ -115,6 +119,7 @@ impl Session {
             (n, p) => format!("running {} as {n} ranks in {p} processes", module.name),
         };
         let mut watch = RunWatch::new(what, &runtime);
+        let counted = SummaryWindow::open(runtime.bus());
         let ranks = self.router.stream(&mut converter, out, &mut watch, || {
             let emit = outputs.clone();
             let ranks = launch(
@@ -137,6 +142,7 @@ impl Session {
             source: module.source.clone(),
             load_time: module.load_time,
             ranks,
+            summary: counted.finish().with_peak_roles(self.runtime.memory()),
         })
     }
 }

@@ -42,7 +42,7 @@ pub use output::{CellError, MimeBundle, Output};
 
 use guests::LoadedModule;
 use neuronlab_compile::recorder::ProgramCache;
-use neuronlab_core::events::{EventKind, LogFilter, Summary};
+use neuronlab_core::events::{EventKind, LogFilter, SummaryWindow};
 use neuronlab_core::paths::CacheDir;
 use neuronlab_core::runtime::RuntimeOptions;
 use neuronlab_core::Runtime;
@@ -307,6 +307,7 @@ impl Session {
 
     fn run_cell(&mut self, code: &str, sink: &mut dyn FnMut(Output)) -> Outcome {
         let first_event = self.runtime.bus().next_seq();
+        let counted = SummaryWindow::open(self.runtime.bus());
         // The cell's error is held back to be its last output, with the summary of what the
         // cell ran folded in: a failing cell has exactly one output that says why.
         let mut failed: Option<CellError> = None;
@@ -363,7 +364,7 @@ impl Session {
                     .any(|e| matches!(e.kind, EventKind::Op(_) | EventKind::Collective(_))),
             });
         }
-        let summary = Summary::from_events(&events).with_peak_roles(self.runtime.memory());
+        let summary = counted.finish().with_peak_roles(self.runtime.memory());
         let worth_showing = summary.ops > 0 || summary.collectives > 0 || summary.compiles > 0;
         match failed {
             Some(mut error) => {

@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use super::clock::Clock;
 use super::device_clock::CoreClock;
 use super::event::{Event, EventKind};
+use super::summary::{Summary, SummaryBuilder};
 use crate::device::CoreId;
 
 /// How many events the bus keeps by default before dropping the oldest.
@@ -34,6 +35,9 @@ struct Recorder {
     /// Per core (by index), the modeled device clock of the ops and collectives published
     /// on it.
     clocks: Vec<CoreClock>,
+    /// The open [`SummaryWindow`]s by id, each counting every event since it opened.
+    windows: Vec<(u64, SummaryBuilder)>,
+    next_window: u64,
 }
 
 impl Recorder {
@@ -102,6 +106,8 @@ impl EventBus {
                 dropped: 0,
                 subscribers: Arc::new([]),
                 clocks: Vec::new(),
+                windows: Vec::new(),
+                next_window: 0,
             }),
         }
     }
@@ -147,6 +153,31 @@ impl EventBus {
         ready_us: f64,
         kinds: impl IntoIterator<Item = EventKind>,
     ) -> (u64, f64) {
+        self.publish_counted(core, start_us, ready_us, kinds, true)
+    }
+
+    /// Publishes an event that another process published and counted (see
+    /// [`EventBus::count`]): it is recorded and reaches subscribers, but the open
+    /// [`SummaryWindow`]s do not count it again.
+    pub fn replay_at(&self, core: CoreId, start_us: f64, kind: EventKind) {
+        self.publish_counted(core, start_us, 0.0, [kind], false);
+    }
+
+    /// Adds what another process's window counted to every open [`SummaryWindow`].
+    pub fn count(&self, counted: &SummaryBuilder) {
+        for (_, builder) in &mut self.recorder().windows {
+            builder.merge(counted);
+        }
+    }
+
+    fn publish_counted(
+        &self,
+        core: CoreId,
+        start_us: f64,
+        ready_us: f64,
+        kinds: impl IntoIterator<Item = EventKind>,
+        counted: bool,
+    ) -> (u64, f64) {
         let mut events: SmallVec<[Arc<Event>; 3]> = kinds
             .into_iter()
             .map(|kind| {
@@ -166,6 +197,11 @@ impl EventBus {
         for event in &mut events {
             let fresh = Arc::get_mut(event).expect("an event is not shared before it is kept");
             ready = ready.max(recorder.stamp(fresh, ready_us));
+            if counted {
+                for (_, builder) in &mut recorder.windows {
+                    builder.add(event);
+                }
+            }
             evicted.extend(recorder.push(Arc::clone(event)));
         }
         let subscribers = Arc::clone(&recorder.subscribers);
@@ -243,6 +279,18 @@ impl EventBus {
             .unwrap_or_default()
     }
 
+    /// Keeps the last `capacity` events from now on (`usize::MAX`: all of them, as a trace of
+    /// a whole run needs), dropping the oldest beyond it.
+    pub fn set_capacity(&self, capacity: usize) {
+        let mut recorder = self.recorder();
+        recorder.capacity = capacity;
+        let excess = recorder.events.len().saturating_sub(capacity);
+        let evicted: Vec<Arc<Event>> = recorder.events.drain(..excess).collect();
+        recorder.dropped += excess as u64;
+        drop(recorder);
+        drop(evicted);
+    }
+
     /// Forgets the recorded events (numbering continues).
     pub fn clear(&self) {
         self.recorder().events.clear();
@@ -256,6 +304,51 @@ impl EventBus {
     fn recorder(&self) -> MutexGuard<'_, Recorder> {
         // A panicking subscriber never holds this lock, and pushes are single steps.
         self.recorder.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Counts every event published on a bus from [`SummaryWindow::open`] on, into the
+/// [`Summary`] of a cell or a run: unlike [`Summary::from_events`] over the recorded events,
+/// it misses none when the recorder keeps fewer than were published. Closed when dropped.
+pub struct SummaryWindow {
+    bus: Arc<EventBus>,
+    id: u64,
+}
+
+impl SummaryWindow {
+    /// Starts counting `bus`'s events.
+    pub fn open(bus: &Arc<EventBus>) -> SummaryWindow {
+        let mut recorder = bus.recorder();
+        let id = recorder.next_window;
+        recorder.next_window += 1;
+        recorder.windows.push((id, SummaryBuilder::default()));
+        drop(recorder);
+        SummaryWindow {
+            bus: Arc::clone(bus),
+            id,
+        }
+    }
+
+    /// What it has counted so far.
+    pub fn counted(&self) -> SummaryBuilder {
+        let recorder = self.bus.recorder();
+        recorder
+            .windows
+            .iter()
+            .find(|(id, _)| *id == self.id)
+            .map(|(_, builder)| builder.clone())
+            .unwrap_or_default()
+    }
+
+    /// The summary of every event since it opened; closes it.
+    pub fn finish(self) -> Summary {
+        self.counted().summary()
+    }
+}
+
+impl Drop for SummaryWindow {
+    fn drop(&mut self) {
+        self.bus.recorder().windows.retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -310,6 +403,58 @@ mod tests {
         assert_eq!(messages(&events), ["a", "b"]);
         assert!(events[0].ts_us >= start);
         assert_eq!((events[1].ts_us, events[1].core), (5.0, CoreId(2)));
+    }
+
+    fn hit() -> EventKind {
+        EventKind::CacheHit {
+            function: "f".into(),
+            source: crate::events::CacheSource::Memory,
+        }
+    }
+
+    #[test]
+    fn a_summary_window_counts_every_event_however_few_the_recorder_keeps() {
+        let bus = Arc::new(EventBus::with_capacity(3));
+        bus.publish(CoreId(0), hit());
+        let cell = SummaryWindow::open(&bus);
+        for _ in 0..10 {
+            bus.publish(CoreId(0), hit());
+        }
+        let inner = SummaryWindow::open(&bus);
+        bus.publish(CoreId(1), hit());
+        // Another process's events: replayed for the trace, counted by what it sent.
+        bus.replay_at(CoreId(2), 0.0, hit());
+        let mut theirs = SummaryBuilder::default();
+        theirs.add(&Event {
+            seq: 0,
+            ts_us: 0.0,
+            device_us: None,
+            core: CoreId(2),
+            kind: hit(),
+        });
+        bus.count(&theirs);
+        assert_eq!(inner.finish().cache_hits, 2);
+        assert_eq!(cell.counted().summary().cache_hits, 12);
+        assert_eq!(bus.events().len(), 3);
+        drop(cell);
+        bus.publish(CoreId(0), hit());
+        assert!(bus.recorder().windows.is_empty());
+    }
+
+    #[test]
+    fn a_recorder_without_a_limit_keeps_every_event() {
+        let bus = EventBus::with_capacity(4);
+        for i in 0..6 {
+            bus.publish(CoreId(0), log(&i.to_string()));
+        }
+        bus.set_capacity(2);
+        assert_eq!(messages(&bus.events()), ["4", "5"]);
+        bus.set_capacity(usize::MAX);
+        for i in 6..200 {
+            bus.publish(CoreId(0), log(&i.to_string()));
+        }
+        assert_eq!(bus.events().len(), 196);
+        assert_eq!(bus.dropped(), 4);
     }
 
     #[test]

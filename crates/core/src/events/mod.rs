@@ -14,12 +14,12 @@ mod op_table;
 mod summary;
 mod trace;
 
-pub use bus::{EventBus, DEFAULT_CAPACITY};
+pub use bus::{EventBus, SummaryWindow, DEFAULT_CAPACITY};
 pub use event::{
     CacheSource, CollectiveEvent, CompileEvent, Event, EventKind, EventTag, LimitAction, LogLevel,
     MemoryAction, MemoryEvent, OpEvent, Phase, TensorSig,
 };
 pub use logs::{LogFilter, Topic, TOPICS as LOG_TOPICS};
 pub use op_table::op_table;
-pub use summary::{OpTotal, Summary, TOP_OPS};
+pub use summary::{OpTotal, Summary, SummaryBuilder, TOP_OPS};
 pub use trace::{chrome_trace, save_chrome_trace};

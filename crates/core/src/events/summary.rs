@@ -1,7 +1,9 @@
 //! The compact summary shown under a notebook cell.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 use super::event::{Event, EventKind};
 use super::fmt::{bytes, duration};
@@ -11,7 +13,7 @@ use crate::device::{Bound, CoreId, DeviceMemory, RoleBytes};
 pub const TOP_OPS: usize = 5;
 
 /// Totals for one op name.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpTotal {
     /// The op name.
     pub name: String,
@@ -24,7 +26,7 @@ pub struct OpTotal {
 }
 
 /// What a slice of the event stream (typically one cell's) amounts to.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Eager ops run.
     pub ops: u64,
@@ -83,57 +85,9 @@ impl Summary {
 
     /// Sums up `events`.
     pub fn from_events(events: &[Event]) -> Summary {
-        let mut summary = Summary::default();
-        let mut per_op: HashMap<&str, OpTotal> = HashMap::new();
-        for event in events {
-            match &event.kind {
-                EventKind::Op(op) => {
-                    let (host_s, modeled_s) = (op.host_us * 1e-6, op.modeled.total_s);
-                    summary.ops += 1;
-                    summary.cores.insert(event.core);
-                    summary.host_s += host_s;
-                    summary.modeled_s += modeled_s;
-                    *summary.bounds.entry(op.modeled.bound).or_default() += 1;
-                    let total = per_op.entry(&op.name).or_insert_with(|| OpTotal {
-                        name: op.name.to_string(),
-                        count: 0,
-                        host_s: 0.0,
-                        modeled_s: 0.0,
-                    });
-                    total.count += 1;
-                    total.host_s += host_s;
-                    total.modeled_s += modeled_s;
-                }
-                EventKind::Memory(m) => {
-                    // Peak within these events (a cell), not since the session started.
-                    let peak = summary.peak_hbm.entry(event.core).or_default();
-                    *peak = (*peak).max(m.in_use);
-                }
-                EventKind::Compile(c) => {
-                    summary.compiles += 1;
-                    summary.recompiles += u64::from(c.recompile);
-                }
-                EventKind::CacheHit { .. } => summary.cache_hits += 1,
-                EventKind::GraphBreak { .. } => summary.graph_breaks += 1,
-                EventKind::RecompileLimit { .. } => summary.recompile_limits += 1,
-                EventKind::Collective(c) => {
-                    summary.collectives += 1;
-                    summary.collective_modeled_s += c.modeled_us * 1e-6;
-                }
-                EventKind::GuestTrap { .. } => summary.traps += 1,
-                EventKind::Log { .. } => {}
-            }
-        }
-        let mut top: Vec<OpTotal> = per_op.into_values().collect();
-        // Ties broken by name so the summary is stable across runs.
-        top.sort_by(|a, b| {
-            b.modeled_s
-                .total_cmp(&a.modeled_s)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        top.truncate(TOP_OPS);
-        summary.top_ops = top;
-        summary
+        let mut builder = SummaryBuilder::default();
+        events.iter().for_each(|e| builder.add(e));
+        builder.summary()
     }
 
     fn cores_text(&self) -> String {
@@ -195,6 +149,122 @@ impl Summary {
 /// top: matmul 3× 200 µs · add 5× 80.0 µs · exp 4× 60.0 µs
 /// compiles 2 (recompiles 1) · cache hits 3
 /// ```
+/// A [`Summary`] built one event at a time: what the event bus keeps for each open
+/// [`SummaryWindow`](super::SummaryWindow), so that a summary counts every event of its
+/// window however many the bus's recorder keeps. It travels between processes (serde) and
+/// merges, so a launch over MPI sums up every process's ranks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SummaryBuilder {
+    /// Everything but the top ops (empty here) and the peak's roles (a session's, not these
+    /// events').
+    totals: Summary,
+    /// Totals per op name, for the top ops.
+    per_op: BTreeMap<String, OpTotal>,
+}
+
+impl SummaryBuilder {
+    /// Counts one event.
+    pub fn add(&mut self, event: &Event) {
+        let t = &mut self.totals;
+        match &event.kind {
+            EventKind::Op(op) => {
+                let (host_s, modeled_s) = (op.host_us * 1e-6, op.modeled.total_s);
+                t.ops += 1;
+                t.cores.insert(event.core);
+                t.host_s += host_s;
+                t.modeled_s += modeled_s;
+                *t.bounds.entry(op.modeled.bound).or_default() += 1;
+                // Looked up by &str: a name allocates once, at its first op.
+                let total = match self.per_op.get_mut(op.name.as_ref()) {
+                    Some(total) => total,
+                    None => self
+                        .per_op
+                        .entry(op.name.to_string())
+                        .or_insert_with(|| OpTotal {
+                            name: op.name.to_string(),
+                            count: 0,
+                            host_s: 0.0,
+                            modeled_s: 0.0,
+                        }),
+                };
+                total.count += 1;
+                total.host_s += host_s;
+                total.modeled_s += modeled_s;
+            }
+            EventKind::Memory(m) => {
+                // Peak within these events (a cell), not since the session started.
+                let peak = t.peak_hbm.entry(event.core).or_default();
+                *peak = (*peak).max(m.in_use);
+            }
+            EventKind::Compile(c) => {
+                t.compiles += 1;
+                t.recompiles += u64::from(c.recompile);
+            }
+            EventKind::CacheHit { .. } => t.cache_hits += 1,
+            EventKind::GraphBreak { .. } => t.graph_breaks += 1,
+            EventKind::RecompileLimit { .. } => t.recompile_limits += 1,
+            EventKind::Collective(c) => {
+                t.collectives += 1;
+                t.collective_modeled_s += c.modeled_us * 1e-6;
+            }
+            EventKind::GuestTrap { .. } => t.traps += 1,
+            EventKind::Log { .. } => {}
+        }
+    }
+
+    /// Adds what `other` counted (another process's ranks, say): sums, and per core the
+    /// higher peak.
+    pub fn merge(&mut self, other: &SummaryBuilder) {
+        let (t, o) = (&mut self.totals, &other.totals);
+        t.ops += o.ops;
+        t.cores.extend(&o.cores);
+        t.host_s += o.host_s;
+        t.modeled_s += o.modeled_s;
+        for (bound, n) in &o.bounds {
+            *t.bounds.entry(*bound).or_default() += n;
+        }
+        for (core, peak) in &o.peak_hbm {
+            let mine = t.peak_hbm.entry(*core).or_default();
+            *mine = (*mine).max(*peak);
+        }
+        t.compiles += o.compiles;
+        t.recompiles += o.recompiles;
+        t.cache_hits += o.cache_hits;
+        t.graph_breaks += o.graph_breaks;
+        t.recompile_limits += o.recompile_limits;
+        t.collectives += o.collectives;
+        t.collective_modeled_s += o.collective_modeled_s;
+        t.traps += o.traps;
+        for (name, theirs) in &other.per_op {
+            let total = self.per_op.entry(name.clone()).or_insert_with(|| OpTotal {
+                name: name.clone(),
+                count: 0,
+                host_s: 0.0,
+                modeled_s: 0.0,
+            });
+            total.count += theirs.count;
+            total.host_s += theirs.host_s;
+            total.modeled_s += theirs.modeled_s;
+        }
+    }
+
+    /// The summary of what was counted.
+    pub fn summary(&self) -> Summary {
+        let mut top: Vec<OpTotal> = self.per_op.values().cloned().collect();
+        // Ties broken by name so the summary is stable across runs.
+        top.sort_by(|a, b| {
+            b.modeled_s
+                .total_cmp(&a.modeled_s)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        top.truncate(TOP_OPS);
+        Summary {
+            top_ops: top,
+            ..self.totals.clone()
+        }
+    }
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut line = Vec::new();
@@ -325,6 +395,34 @@ pub(crate) mod tests {
                 cache: CacheSource::Miss,
             }),
         }
+    }
+
+    #[test]
+    fn builders_merged_across_processes_sum_as_one_and_travel_as_json() {
+        // Two processes: ops on their own cores, a peak each, one name in both.
+        let mine = [
+            op(0, 0, "add", 10.0, 3.0, Bound::Memory),
+            memory(1, 0, 4 << 20),
+            compile(2, false),
+        ];
+        let theirs = [
+            op(0, 8, "add", 10.0, 3.0, Bound::Memory),
+            op(1, 8, "matmul", 50.0, 9.0, Bound::Compute),
+            memory(2, 8, 6 << 20),
+        ];
+        let mut builder = SummaryBuilder::default();
+        mine.iter().for_each(|e| builder.add(e));
+        let mut remote = SummaryBuilder::default();
+        theirs.iter().for_each(|e| remote.add(e));
+        let wire = serde_json::to_string(&remote).unwrap();
+        builder.merge(&serde_json::from_str(&wire).unwrap());
+        let all: Vec<Event> = mine.iter().chain(&theirs).cloned().collect();
+        assert_eq!(builder.summary(), Summary::from_events(&all));
+        let s = builder.summary();
+        assert_eq!((s.ops, s.compiles, s.cores.len()), (3, 1, 2));
+        assert_eq!(s.top_ops[0].name, "matmul");
+        assert_eq!((s.top_ops[1].name.as_str(), s.top_ops[1].count), ("add", 2));
+        assert_eq!(s.peak_hbm[&CoreId(8)], 6 << 20);
     }
 
     #[test]

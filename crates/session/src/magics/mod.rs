@@ -389,12 +389,11 @@ impl Session {
         if code.trim().is_empty() {
             return usage_error(out, "time", "give the code to time");
         }
-        let first = self.runtime.bus().next_seq();
+        let counted = neuronlab_core::events::SummaryWindow::open(self.runtime.bus());
         let started = Instant::now();
         let outcome = self.run_rust_cell(code, out);
         let wall = started.elapsed();
-        let summary =
-            neuronlab_core::events::Summary::from_events(&self.runtime.bus().since(first));
+        let summary = counted.finish();
         out(Output::Stdout(format!(
             "wall time {} (build and run) · modeled device time {}\n",
             neuronlab_core::events::fmt::duration(wall.as_secs_f64()),
