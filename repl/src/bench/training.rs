@@ -14,9 +14,10 @@
 //!
 //! Host memory: the most bytes every rank's tensors held at once (the runtime's host
 //! accounting), against how far the process's resident set rose at its peak in the run (its
-//! high-water mark, reset before the run) above where it was before the first run. The rest
-//! of the resident set is the guests' linear memories, the modules, and what the allocator
-//! kept from earlier runs (the goal is within 1.2x).
+//! high-water mark, reset before the run) above where it was just before it, once the
+//! allocator has given back what earlier runs freed. The rest of the resident set is the
+//! guests' linear memories and instances, the recorded events, each thread's scratch and what
+//! the allocator keeps of memory freed during the run (the goal is within 1.2x).
 
 use std::time::Instant;
 
@@ -47,18 +48,16 @@ struct Run {
     /// The most bytes of tensors all ranks held at once.
     tensors: u64,
     /// How far the process's resident set rose, at its peak, above where it was before the
-    /// first run.
+    /// run.
     resident: u64,
 }
 
-/// Runs `module` (sft) on `world`'s ranks for `steps` steps; `baseline` is the resident set
-/// before any run.
+/// Runs `module` (sft) on `world`'s ranks for `steps` steps.
 fn run_sft(
     s: &mut Session,
     module: &GuestModule,
     world: (u32, u32, u32, bool),
     steps: usize,
-    baseline: u64,
 ) -> Result<Run, String> {
     let (nproc, tp, fsdp, eager) = world;
     let guest_args: Vec<String> = [
@@ -83,6 +82,9 @@ fn run_sft(
         all_ranks: false,
         processes: None,
     };
+    // What earlier runs freed and the allocator kept is not this run's.
+    neuronlab_core::allocator::release_freed_memory();
+    let baseline = resident_now()?;
     s.runtime().memory().reset_host_peak();
     reset_resident_peak()?;
     let start = Instant::now();
@@ -146,13 +148,12 @@ pub fn run() -> Result<(), String> {
     let module = s
         .load_module(&dir.join("sft/sft.wasm"))
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
-    let baseline = resident_now()?;
     let mut rows = Vec::new();
     for world in WORLDS {
         let label = label(world);
         eprintln!("{NAME}: {label}: {SHORT} and {LONG} steps...");
-        let short = run_sft(&mut s, &module, world, SHORT, baseline)?;
-        let long = run_sft(&mut s, &module, world, LONG, baseline)?;
+        let short = run_sft(&mut s, &module, world, SHORT)?;
+        let long = run_sft(&mut s, &module, world, LONG)?;
         let step = (long.seconds - short.seconds) / (LONG - SHORT) as f64;
         rows.push((label, step, long));
     }
@@ -162,7 +163,7 @@ pub fn run() -> Result<(), String> {
          wall time per step from a run of {LONG} steps less one of {SHORT}.\n  \
          tensors: the most bytes all ranks' tensors held at once; resident: how far the \
          process's resident set rose, at its peak in the {LONG}-step run, above where it was \
-         before the first run."
+         before it, with what earlier runs freed given back."
     );
     println!(
         "  {:<30} {:>12} {:>10} {:>12} {:>12} {:>10}",
