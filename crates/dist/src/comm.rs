@@ -659,17 +659,8 @@ impl RankComm {
             input: input.cloned().map(Input::Local),
         };
         let outcome = self.meet(group, &key, position, arrival, invalid, wire)?;
-        let result = match &*outcome {
-            Outcome::Same(buffer, shape) => Some((buffer, shape)),
-            Outcome::PerRank(parts) => parts.get(position).map(|(b, s)| (b, s)),
-            Outcome::Nothing => None,
-        };
-        let output = match result {
-            Some((buffer, shape)) => Some(self.runtime().tensor_on(
-                self.core(),
-                buffer.clone(),
-                shape,
-            )?),
+        let output = match rank_result(outcome, position) {
+            Some((buffer, shape)) => Some(self.runtime().tensor_on(self.core(), buffer, &shape)?),
             None => None,
         };
         let ready_us = self.publish(group, &call, input, output.as_ref(), start_us)?;
@@ -895,6 +886,23 @@ fn check_call(call: &Call, group: &ProcessGroup, input: Option<&Tensor>) -> Opti
             "src rank {src} is not in the group {group}; give a global rank that is"
         )),
         _ => None,
+    }
+}
+
+/// The result of group position `position`: moved out when no other rank holds the outcome
+/// any more (the last to collect it, or the only rank of this process), copied otherwise.
+fn rank_result(outcome: Arc<Outcome>, position: usize) -> Option<(Buffer, Vec<usize>)> {
+    match Arc::try_unwrap(outcome) {
+        Ok(Outcome::Same(buffer, shape)) => Some((buffer, shape)),
+        Ok(Outcome::PerRank(mut parts)) => {
+            (position < parts.len()).then(|| parts.swap_remove(position))
+        }
+        Ok(Outcome::Nothing) => None,
+        Err(shared) => match &*shared {
+            Outcome::Same(buffer, shape) => Some((buffer.clone(), shape.clone())),
+            Outcome::PerRank(parts) => parts.get(position).cloned(),
+            Outcome::Nothing => None,
+        },
     }
 }
 

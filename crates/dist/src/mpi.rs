@@ -21,9 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
-use mpi::point_to_point::{Destination, Source};
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::request::{Request, StaticScope};
 use mpi::topology::Communicator;
 use mpi::Threading;
@@ -167,9 +166,8 @@ impl Inbox {
             return false;
         };
         let from = status.source_rank() as u32;
-        let count = status.count(u8::equivalent_datatype()).max(0) as usize;
-        let mut bytes = vec![0u8; count];
-        message.matched_receive_into(&mut bytes[..]);
+        // Received into fresh memory: zeroing it first would be one more pass over it.
+        let (bytes, _) = (message, status).matched_receive_vec::<u8>();
         let mut state = self.heard.lock();
         if let Some(last) = state.last.get_mut(from as usize) {
             *last = Some(Instant::now());

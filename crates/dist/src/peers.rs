@@ -118,7 +118,9 @@ impl Message {
         invalid: Option<&str>,
         input: Option<(DType, &[usize], &Buffer)>,
     ) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
+        // Sized once: the header is small beside the elements, which then need no regrowth.
+        let elements = input.map_or(0, |(dtype, _, buffer)| buffer.len() * dtype.size());
+        let mut w = Writer(Vec::with_capacity(elements + 256));
         w.u8(0);
         w.u32s(key.0);
         w.u64(key.1);

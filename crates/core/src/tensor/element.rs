@@ -103,7 +103,15 @@ impl Buffer {
         }
         fn parse<T: bytemuck::Pod, const W: usize>(b: &[u8], f: impl Fn([u8; W]) -> T) -> Vec<T> {
             if cfg!(target_endian = "little") {
-                return bytemuck::pod_collect_to_vec(b);
+                let n = b.len() / std::mem::size_of::<T>();
+                let mut v = Vec::<T>::with_capacity(n);
+                // SAFETY: the copy fills the n elements' bytes before `set_len`, and every bit
+                // pattern is a valid `T` (Pod). One pass: a zeroed Vec first would be two.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len());
+                    v.set_len(n);
+                }
+                return v;
             }
             b.chunks_exact(W)
                 .map(|c| f(c.try_into().expect("chunks_exact yields W bytes")))
