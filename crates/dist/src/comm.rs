@@ -8,8 +8,9 @@
 //! by `(group, k)`, as NCCL matches calls by their order on a communicator. The first rank to
 //! arrive opens the meeting; each rank leaves its input and its call (op, attributes, dtype,
 //! shape) there; the last to arrive checks that the calls agree, computes every rank's result
-//! once with [`super::combine`], and wakes the others. Each rank then copies its result onto
-//! its own core: that copy is the data movement, accounted in the core's HBM.
+//! once with [`super::combine`], and wakes the others. Each rank then takes its result onto
+//! its own core (a copy, except for the last to take it, which moves it): that placement is
+//! the data movement, accounted in the core's HBM.
 //!
 //! **Failure is shared.** A meeting fails for all its ranks at once: when the calls disagree,
 //! when one rank's call is invalid, when the timeout passes before everyone arrived, when a
