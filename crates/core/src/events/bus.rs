@@ -1,11 +1,10 @@
 //! The event bus: stamps events, keeps the recent ones, and hands them to subscribers.
 //!
 //! `publish` sits on every op's path, from every rank's thread at once, so the one lock it
-//! takes covers only numbering, the device clocks and the ring buffer: each event is boxed
-//! (one `Arc`) before the lock, an event the full ring pushes out is dropped after it, and
-//! subscribers see the ring's own `Arc`, so none of them copies an event.
+//! takes covers only numbering, the device clocks, the summary windows and a copy into the
+//! ring: each event's kind is encoded before the lock ([`super::ring`]), and subscribers see
+//! the publisher's own `Event`, after the lock, so none of them copies one.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -14,6 +13,7 @@ use smallvec::SmallVec;
 use super::clock::Clock;
 use super::device_clock::CoreClock;
 use super::event::{Event, EventKind};
+use super::ring::{EncodedKind, EventRing};
 use super::summary::{Summary, SummaryBuilder};
 use crate::device::CoreId;
 
@@ -24,7 +24,7 @@ type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// The recent events, oldest first, in `seq` order, and who else wants them.
 struct Recorder {
-    events: VecDeque<Arc<Event>>,
+    events: EventRing,
     capacity: usize,
     next_seq: u64,
     dropped: u64,
@@ -65,21 +65,22 @@ impl Recorder {
         ready
     }
 
-    /// Keeps `event`; returns the one it pushes out of a full ring (or itself, without a
-    /// ring), for the caller to drop once the lock is released.
-    fn push(&mut self, event: Arc<Event>) -> Option<Arc<Event>> {
-        if self.capacity == 0 {
-            self.dropped += 1;
-            return Some(event);
-        }
-        let evicted = if self.events.len() == self.capacity {
-            self.dropped += 1;
-            self.events.pop_front()
-        } else {
-            None
+    /// Keeps `event`, whose kind `kind` encodes (if it encoded), pushing the oldest out of a
+    /// full ring.
+    fn keep(&mut self, event: &Event, kind: Option<&EncodedKind>) {
+        let kept = match kind {
+            Some(kind) if self.capacity > 0 => {
+                if self.events.len() == self.capacity {
+                    self.events.evict(1);
+                    self.dropped += 1;
+                }
+                self.events.push(event, kind)
+            }
+            _ => false,
         };
-        self.events.push_back(event);
-        evicted
+        if !kept {
+            self.dropped += 1;
+        }
     }
 }
 
@@ -100,7 +101,7 @@ impl EventBus {
         EventBus {
             clock: Clock::new(),
             recorder: Mutex::new(Recorder {
-                events: VecDeque::new(),
+                events: EventRing::default(),
                 capacity,
                 next_seq: 0,
                 dropped: 0,
@@ -178,36 +179,37 @@ impl EventBus {
         kinds: impl IntoIterator<Item = EventKind>,
         counted: bool,
     ) -> (u64, f64) {
-        let mut events: SmallVec<[Arc<Event>; 3]> = kinds
+        let mut events: SmallVec<[(Event, Option<EncodedKind>); 3]> = kinds
             .into_iter()
             .map(|kind| {
-                Arc::new(Event {
+                // Only a kind serde cannot write would fail here; it is then counted and
+                // shown to subscribers, but not kept.
+                let encoded = EncodedKind::new(&kind).ok();
+                let event = Event {
                     seq: 0,
                     ts_us: start_us,
                     device_us: None,
                     core,
                     kind,
-                })
+                };
+                (event, encoded)
             })
             .collect();
-        let mut evicted: SmallVec<[Arc<Event>; 3]> = SmallVec::new();
         let mut recorder = self.recorder();
         let first = recorder.next_seq;
         let mut ready = 0.0f64;
-        for event in &mut events {
-            let fresh = Arc::get_mut(event).expect("an event is not shared before it is kept");
-            ready = ready.max(recorder.stamp(fresh, ready_us));
+        for (event, encoded) in &mut events {
+            ready = ready.max(recorder.stamp(event, ready_us));
             if counted {
                 for (_, builder) in &mut recorder.windows {
                     builder.add(event);
                 }
             }
-            evicted.extend(recorder.push(Arc::clone(event)));
+            recorder.keep(event, encoded.as_ref());
         }
         let subscribers = Arc::clone(&recorder.subscribers);
         drop(recorder);
-        drop(evicted);
-        for event in &events {
+        for (event, _) in &events {
             for subscriber in subscribers.iter() {
                 subscriber(event);
             }
@@ -227,23 +229,17 @@ impl EventBus {
 
     /// The recorded events, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.recorder()
-            .events
-            .iter()
-            .map(|e| Event::clone(e))
-            .collect()
+        self.recorder().events.decode_from(0)
     }
 
     /// The recorded events with `seq >= seq`, oldest first. Take [`EventBus::next_seq`]
     /// before a cell runs and call this after it to get the cell's events.
     pub fn since(&self, seq: u64) -> Vec<Event> {
         let recorder = self.recorder();
-        let start = recorder.events.partition_point(|e| e.seq < seq);
-        recorder
-            .events
-            .range(start..)
-            .map(|e| Event::clone(e))
-            .collect()
+        // The kept events' seqs run without gaps up to the last one stamped.
+        let oldest = recorder.next_seq - recorder.events.len() as u64;
+        let skip = seq.saturating_sub(oldest).min(recorder.events.len() as u64);
+        recorder.events.decode_from(skip as usize)
     }
 
     /// The `seq` the next event will get.
@@ -285,10 +281,8 @@ impl EventBus {
         let mut recorder = self.recorder();
         recorder.capacity = capacity;
         let excess = recorder.events.len().saturating_sub(capacity);
-        let evicted: Vec<Arc<Event>> = recorder.events.drain(..excess).collect();
+        recorder.events.evict(excess);
         recorder.dropped += excess as u64;
-        drop(recorder);
-        drop(evicted);
     }
 
     /// Forgets the recorded events (numbering continues).

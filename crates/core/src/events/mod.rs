@@ -11,6 +11,7 @@ mod event;
 pub mod fmt;
 mod logs;
 mod op_table;
+mod ring;
 mod summary;
 mod trace;
 
