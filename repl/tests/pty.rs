@@ -270,6 +270,17 @@ fn the_rustc_waiting_for_the_next_cell_dies_with_a_killed_repl() {
     let waiting = children_running(pid, "lib-pipe.rs");
     assert_eq!(waiting.len(), 1, "a rustc waits for the next cell");
     let cell_crate = std::fs::read_link(format!("/proc/{}/cwd", waiting[0])).unwrap();
+    // It is started through setpriv and a shell that check its parent, then becomes rustc.
+    let ready = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{}/comm", waiting[0])).unwrap_or_default()
+        != "rustc\n"
+    {
+        assert!(
+            std::time::Instant::now() < ready,
+            "the waiting process never became rustc"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     repl.session
         .get_process_mut()
         .kill(expectrl::process::unix::Signal::SIGKILL)

@@ -254,8 +254,13 @@ impl DirectBuild {
         });
         let mut rustc = match (&self.pipe, setpriv()) {
             (Some(_), Some(setpriv)) => {
+                // The signal is set once setpriv runs, so a session killed between the spawn
+                // and then would leave rustc waiting forever: the shell setpriv starts checks
+                // that its parent is still this process before it becomes rustc.
                 let mut c = Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--"]).arg(&command.program);
+                c.args(["--pdeathsig", "KILL", "--", "sh", "-c", PARENT_CHECK, "sh"])
+                    .arg(std::process::id().to_string())
+                    .arg(&command.program);
                 c
             }
             _ => Command::new(&command.program),
@@ -370,6 +375,10 @@ fn feed(
 fn feed(_: &mut Child, _: &Path, _: &[u8], _: &AtomicBool) -> Result<(), BuildFailure> {
     Err(BuildFailure::Tool("named pipes need Unix".into()))
 }
+
+/// The script between `setpriv` and rustc: its first argument is the session's process id,
+/// the rest the rustc command line.
+const PARENT_CHECK: &str = r#"[ "$PPID" = "$1" ] || exit 1; shift; exec "$@""#;
 
 /// `setpriv` (util-linux), which starts a waiting rustc with a parent-death signal: it
 /// would otherwise outlive a kernel killed before it could drop its session. Setting the
