@@ -226,11 +226,29 @@ struct Meeting {
     /// What the meeting's waiting ranks sleep on: one per meeting, so a meeting's outcome
     /// wakes its own ranks and not every waiting rank of the world.
     wake: Arc<Condvar>,
+    /// How many ranks sleep on `wake` now: a wake-up with none costs a system call for
+    /// nothing, on every small collective's path.
+    sleepers: usize,
 }
 
-/// `all_reduce #3 on group [0, 1]`.
-fn meeting_name(call: &Call, seq: u64, group: &ProcessGroup) -> String {
-    format!("{} #{seq} on group {group}", call.name())
+/// A meeting as errors name it, `all_reduce #3 on group [0, 1]`: written out only when an
+/// error needs it, not on every call.
+struct MeetingName<'a> {
+    call: &'a Call,
+    seq: u64,
+    group: &'a ProcessGroup,
+}
+
+impl std::fmt::Display for MeetingName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} #{} on group {}",
+            self.call.name(),
+            self.seq,
+            self.group
+        )
+    }
 }
 
 impl Meeting {
@@ -243,13 +261,33 @@ impl Meeting {
             collected: 0,
             computing: false,
             wake: Arc::default(),
+            sleepers: 0,
+        }
+    }
+
+    /// Wakes the ranks sleeping on this meeting, if any.
+    fn wake_sleepers(&self) {
+        if self.sleepers > 0 {
+            self.wake.notify_all();
         }
     }
 
     /// Takes `arrival` at group position `position`; a call invalid on its own (`invalid`
-    /// says why) fails the meeting `what` for everyone, unless it has an outcome already.
-    fn admit(&mut self, position: usize, arrival: Arrival, invalid: Option<String>, what: &str) {
+    /// says why) fails the meeting (the `seq`-th on `group`) for everyone, unless it has an
+    /// outcome already.
+    fn admit(
+        &mut self,
+        position: usize,
+        arrival: Arrival,
+        invalid: Option<String>,
+        (seq, group): (u64, &ProcessGroup),
+    ) {
         if let (None, Some(problem)) = (&self.outcome, invalid) {
+            let what = MeetingName {
+                call: &self.call,
+                seq,
+                group,
+            };
             self.outcome = Some(Err(format!(
                 "{what} failed: rank {} passed an invalid call: {problem}",
                 arrival.rank
@@ -436,14 +474,13 @@ impl World {
                     .meetings
                     .entry(key)
                     .or_insert_with(|| Meeting::open(&call.0, &g));
-                let what = meeting_name(&meeting.call, seq, &g);
                 let arrival = Arrival {
                     rank,
                     call: call.0,
                     input: input.map(Input::Remote),
                 };
-                meeting.admit(position, arrival, invalid, &what);
-                meeting.wake.notify_all();
+                meeting.admit(position, arrival, invalid, (seq, &g));
+                meeting.wake_sleepers();
             }
             Message::Departed { rank, how } => self.ended(rank, how),
             Message::Launcher(_) => {}
@@ -455,7 +492,7 @@ impl World {
     fn ended(&self, rank: u32, how: String) {
         let mut state = self.lock();
         state.ended.insert(rank, how);
-        state.meetings.values().for_each(|m| m.wake.notify_all());
+        state.meetings.values().for_each(Meeting::wake_sleepers);
     }
 
     /// Number of ranks.
@@ -635,9 +672,14 @@ impl RankComm {
             group: group.ranks().to_vec(),
             seq: {
                 let mut seqs = self.seqs.lock().unwrap_or_else(PoisonError::into_inner);
-                let seq = seqs.entry(group.ranks().to_vec()).or_insert(0);
-                *seq += 1;
-                *seq
+                // Looked up before inserting: the group's ranks are copied only once.
+                match seqs.get_mut(group.ranks()) {
+                    Some(seq) => {
+                        *seq += 1;
+                        *seq
+                    }
+                    None => *seqs.entry(group.ranks().to_vec()).or_insert(1),
+                }
             },
         };
         let invalid = check_call(&call, group, input);
@@ -688,15 +730,21 @@ impl RankComm {
         let timeout = world.options.timeout;
         let local = world.local_ranks();
         let local_members = group.ranks().iter().filter(|r| local.contains(r)).count();
-        let polling_since = Instant::now();
+        // Only a rank that may wait for other processes polls.
+        let polling_since = world.spread.as_ref().map(|_| Instant::now());
         let mut state = world.lock();
         let meeting = state
             .meetings
             .entry(key.clone())
             .or_insert_with(|| Meeting::open(&arrival.call, group));
-        let what = meeting_name(&meeting.call, key.seq, group);
+        let call = meeting.call.clone();
+        let what = MeetingName {
+            call: &call,
+            seq: key.seq,
+            group,
+        };
         let wake = meeting.wake.clone();
-        meeting.admit(position, arrival, invalid, &what);
+        meeting.admit(position, arrival, invalid, (key.seq, group));
         if let Some(bytes) = wire {
             // Sent without the lock: the other processes' listeners take it meanwhile.
             drop(state);
@@ -706,7 +754,7 @@ impl RankComm {
                 let meeting = state.meetings.get_mut(key).expect("meeting stays");
                 let message = format!("{what} failed: cannot reach the other processes: {e}");
                 meeting.outcome.get_or_insert(Err(message.clone()));
-                wake.notify_all();
+                meeting.wake_sleepers();
                 return Err(Error::Collective(message));
             }
         }
@@ -735,7 +783,7 @@ impl RankComm {
                     .get_mut(key)
                     .expect("meeting stays until collected");
                 meeting.outcome = Some(computed.map_err(|e| format!("{what} failed: {e}")));
-                wake.notify_all();
+                meeting.wake_sleepers();
                 continue;
             }
             let State { meetings, ended } = &mut *state;
@@ -756,10 +804,7 @@ impl RankComm {
                 return outcome.map_err(Error::Collective);
             }
             if meeting.computing {
-                state = wake
-                    .wait_timeout(state, CANCEL_POLL)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                state = sleep_on(state, key, &wake, CANCEL_POLL);
                 continue;
             }
             let missing = meeting.missing(group);
@@ -769,7 +814,7 @@ impl RankComm {
                     self.rank,
                     list(&missing)
                 )));
-                wake.notify_all();
+                meeting.wake_sleepers();
                 return Err(interrupted_waiting(&what, &missing));
             }
             let gone: Vec<String> = missing
@@ -798,12 +843,12 @@ impl RankComm {
             };
             if let Some(message) = failure {
                 meeting.outcome = Some(Err(message.clone()));
-                wake.notify_all();
+                meeting.wake_sleepers();
                 return Err(Error::Collective(message));
             }
             if let Some(spread) = &world.spread {
                 let remote_only = missing.iter().all(|r| !local.contains(r));
-                if remote_only && polling_since.elapsed() < POLL_FOR {
+                if remote_only && polling_since.is_some_and(|t| t.elapsed() < POLL_FOR) {
                     drop(state);
                     if !spread.peers.poll() {
                         std::thread::yield_now();
@@ -812,11 +857,7 @@ impl RankComm {
                     continue;
                 }
             }
-            let wait = (timeout - waited).min(CANCEL_POLL);
-            state = wake
-                .wait_timeout(state, wait)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = sleep_on(state, key, &wake, (timeout - waited).min(CANCEL_POLL));
         }
     }
 
@@ -858,6 +899,26 @@ impl RankComm {
             .publish_all_after(self.core(), start_us, 0.0, [event]);
         Ok(ready_us)
     }
+}
+
+/// Sleeps on the meeting `key`'s `wake` for up to `wait`, counted among its sleepers (the
+/// meeting stays while a rank that has not collected its result sleeps on it).
+fn sleep_on<'a>(
+    mut state: MutexGuard<'a, State>,
+    key: &MeetingKey,
+    wake: &Condvar,
+    wait: Duration,
+) -> MutexGuard<'a, State> {
+    fn sleepers<'s>(state: &'s mut State, key: &MeetingKey) -> &'s mut usize {
+        &mut state.meetings.get_mut(key).expect("meeting stays").sleepers
+    }
+    *sleepers(&mut state, key) += 1;
+    let mut state = wake
+        .wait_timeout(state, wait)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0;
+    *sleepers(&mut state, key) -= 1;
+    state
 }
 
 /// What is wrong with this rank's call on its own (a dim out of range, an op the dtype does
@@ -1046,7 +1107,7 @@ fn arrived(group: &ProcessGroup, missing: &[u32]) -> Vec<u32> {
 
 /// `0, 1, 3` (or `none`).
 /// The error of a rank interrupted while it waited in `what` for the ranks `missing`.
-fn interrupted_waiting(what: &str, missing: &[u32]) -> Error {
+fn interrupted_waiting(what: &MeetingName<'_>, missing: &[u32]) -> Error {
     Error::Cancelled(match missing.is_empty() {
         true => format!("interrupted while waiting in {what}"),
         false => format!(
