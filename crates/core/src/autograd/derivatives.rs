@@ -669,7 +669,9 @@ fn reduce_extremum(v: &Vjp) -> Result<Grads> {
 }
 
 /// matmul with numpy's semantics: 1-D operands are promoted to matrices and back, and the
-/// broadcast batch dims are summed away.
+/// broadcast batch dims are summed away. A matrix `b` times a batched `a` (a linear layer's
+/// weight) gets its gradient as one product over every row of the batch, as torch computes
+/// it, rather than a product per batch entry summed afterwards.
 fn matmul(v: &Vjp) -> Result<Grads> {
     let (a, b) = (v.x(0)?, v.x(1)?);
     let g = v.g();
@@ -698,6 +700,17 @@ fn matmul(v: &Vjp) -> Result<Grads> {
         v.reshape(&sum_to(v, &full, a2.shape())?, a.shape())
     })?;
     let gb = v.when(1, || {
+        if b2.rank() == 2 && a2.rank() > 2 {
+            let rows = |m: &Tensor| {
+                let cols = m.shape()[m.rank() - 1];
+                v.reshape(
+                    m,
+                    &[m.shape().iter().product::<usize>() / cols.max(1), cols],
+                )
+            };
+            let gb2 = v.binary("matmul", &t(&rows(&a2)?)?, &rows(&g2)?)?;
+            return v.reshape(&gb2, b.shape());
+        }
         let full = v.binary("matmul", &t(&a2)?, &g2)?;
         v.reshape(&sum_to(v, &full, b2.shape())?, b.shape())
     })?;
