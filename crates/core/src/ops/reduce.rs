@@ -57,21 +57,36 @@ fn reduce_rows<T: Element, U: Send>(
     let red_shape: Vec<usize> = dims.iter().map(|&d| l.shape[d]).collect();
     let red_strides: Vec<usize> = dims.iter().map(|&d| l.strides[d]).collect();
     let n: usize = red_shape.iter().product();
-    let (cs, [cst]) = strided::coalesce(&red_shape, [&red_strides]);
-    let run = cs.is_empty() || (cs.len() == 1 && cst[0] == 1);
+    let (cs, cst) = strided::coalesce(&red_shape, [&red_strides]);
+    let run = cs.is_empty() || (cs.len() == 1 && cst[0][0] == 1);
     let data = x.data::<T>();
-    // Each output costs a row of work: parallel when the rows add up, not the outputs.
-    strided::map_weighted(&outer_shape, [&outer_strides], [l.offset], n, |[o]| {
-        if n == 0 {
-            // An empty row: its offset may lie past an empty storage.
-            f(&[])
-        } else if run {
-            f(&data[o..o + n])
-        } else {
-            let mut row = Vec::with_capacity(n);
-            strided::for_each(&red_shape, [&red_strides], [o], |[p]| row.push(data[p]));
-            f(&row)
-        }
+    let outputs: usize = outer_shape.iter().product();
+    let (outer_shape, outer_strides) = strided::coalesce(&outer_shape, [&outer_strides]);
+    // Each output costs a row of work: parallel when the rows add up, not the outputs. A row
+    // that is not contiguous is gathered into a buffer kept for the whole chunk.
+    strided::fill_weighted(outputs, n, |start, chunk| {
+        let mut row = Vec::with_capacity(if run { 0 } else { n });
+        let end = start + chunk.len();
+        strided::visit_range(
+            &outer_shape,
+            &outer_strides,
+            [l.offset],
+            start,
+            end,
+            |i, [o]| {
+                let value = if n == 0 {
+                    // An empty row: its offset may lie past an empty storage.
+                    f(&[])
+                } else if run {
+                    f(&data[o..o + n])
+                } else {
+                    row.clear();
+                    strided::visit_range(&cs, &cst, [o], 0, n, |_, [p]| row.push(data[p]));
+                    f(&row)
+                };
+                chunk[i].write(value);
+            },
+        );
     })
 }
 

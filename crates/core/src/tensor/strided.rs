@@ -68,8 +68,9 @@ pub fn visit_runs<const N: usize>(
     }
     let rank = shape.len();
     let inner = shape[rank - 1];
-    // Multi-index of `start`.
-    let mut index = vec![0usize; rank];
+    // Multi-index of `start`; inline for the usual ranks, since a reduction walks one row per
+    // output element through here.
+    let mut index = smallvec::SmallVec::<[usize; 8]>::from_elem(0, rank);
     let mut rem = start;
     for d in (0..rank).rev() {
         index[d] = rem % shape[d];
