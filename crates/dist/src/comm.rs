@@ -234,20 +234,14 @@ struct Meeting {
 /// A meeting as errors name it, `all_reduce #3 on group [0, 1]`: written out only when an
 /// error needs it, not on every call.
 struct MeetingName<'a> {
-    call: &'a Call,
+    call: &'static str,
     seq: u64,
     group: &'a ProcessGroup,
 }
 
 impl std::fmt::Display for MeetingName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} #{} on group {}",
-            self.call.name(),
-            self.seq,
-            self.group
-        )
+        write!(f, "{} #{} on group {}", self.call, self.seq, self.group)
     }
 }
 
@@ -284,7 +278,7 @@ impl Meeting {
     ) {
         if let (None, Some(problem)) = (&self.outcome, invalid) {
             let what = MeetingName {
-                call: &self.call,
+                call: self.call.name(),
                 seq,
                 group,
             };
@@ -678,7 +672,10 @@ impl RankComm {
                         *seq += 1;
                         *seq
                     }
-                    None => *seqs.entry(group.ranks().to_vec()).or_insert(1),
+                    None => {
+                        seqs.insert(group.ranks().to_vec(), 1);
+                        1
+                    }
                 }
             },
         };
@@ -737,9 +734,8 @@ impl RankComm {
             .meetings
             .entry(key.clone())
             .or_insert_with(|| Meeting::open(&arrival.call, group));
-        let call = meeting.call.clone();
         let what = MeetingName {
-            call: &call,
+            call: meeting.call.name(),
             seq: key.seq,
             group,
         };
