@@ -100,6 +100,55 @@ fn broadcasting_and_promotion() {
     );
 }
 
+/// `where` over every mix of whole and broadcast operands, each through its own loop: a
+/// whole condition with a scalar on either side (a causal mask's `-inf`), a scalar
+/// condition, two scalars, and a row broadcast along the run (the indexed loop).
+#[test]
+fn where_selects_with_scalar_and_broadcast_operands() {
+    let rt = rt();
+    let cond = rt
+        .tensor(
+            Buffer::Bool(vec![true, false, true, false, false, true]),
+            &[2, 3],
+        )
+        .unwrap();
+    let x = f32s(&rt, &[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    let y = f32s(&rt, &[-1., -2., -3., -4., -5., -6.], &[2, 3]);
+    let s = f32s(&rt, &[9.], &[]);
+    let yes = rt.tensor(Buffer::Bool(vec![false]), &[1]).unwrap();
+    let row = f32s(&rt, &[7., 8., 9.], &[3]);
+    let col = f32s(&rt, &[10., 20.], &[2, 1]);
+    let select = |c: &Tensor, a: &Tensor, b: &Tensor| {
+        rt.call1("where", &[c, a, b], &attrs())
+            .unwrap()
+            .to_vec::<f32>()
+    };
+    assert_eq!(select(&cond, &x, &y), [1., -2., 3., -4., -5., 6.]);
+    assert_eq!(select(&cond, &x, &s), [1., 9., 3., 9., 9., 6.]);
+    assert_eq!(select(&cond, &s, &y), [9., -2., 9., -4., -5., 9.]);
+    assert_eq!(select(&yes, &x, &y), [-1., -2., -3., -4., -5., -6.]);
+    assert_eq!(select(&cond, &s, &col), [9., 10., 9., 20., 20., 9.]);
+    assert_eq!(select(&cond, &row, &y), [7., -2., 9., -4., -5., 9.]);
+    let two = f32s(&rt, &[2.], &[]);
+    assert_eq!(select(&cond, &s, &two), [9., 2., 9., 2., 2., 9.]);
+}
+
+/// A product's output is written by the GEMM alone (never zeroed first), also when the inner
+/// dim is empty.
+#[test]
+fn matmul_writes_every_output_element() {
+    let rt = rt();
+    let a = f32s(&rt, &[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    let b = f32s(&rt, &[1., 0., 0., 1., 1., 1.], &[3, 2]);
+    let c = rt.call1("matmul", &[&a, &b], &attrs()).unwrap();
+    assert_eq!(c.to_vec::<f32>(), [4., 5., 10., 11.]);
+    let empty_a = f32s(&rt, &[], &[2, 0]);
+    let empty_b = f32s(&rt, &[], &[0, 3]);
+    let zeros = rt.call1("matmul", &[&empty_a, &empty_b], &attrs()).unwrap();
+    assert_eq!(zeros.shape(), &[2, 3]);
+    assert_eq!(zeros.to_vec::<f32>(), [0.; 6]);
+}
+
 #[test]
 fn every_error_class_names_the_op_and_operands() {
     let rt = rt();

@@ -186,14 +186,41 @@ pub fn map3<A: Element, B: Element, C: Element, U: Send>(
         [&s[0], &s[1], &s[2]],
         [a.layout().offset, b.layout().offset, c.layout().offset],
         |out, [p, q, r], steps| {
-            vectorized!({
-                if steps == [1, 1, 1] {
+            // Contiguous operands beside one broadcast scalar (`where(mask, x, -inf)` and its
+            // gradient) get loops of their own, as in `map2`; the indexed loop bounds-checks
+            // every element and does not vectorize.
+            vectorized!(match steps {
+                [1, 1, 1] => {
                     let operands = da[p..].iter().zip(&db[q..]).zip(&dc[r..]);
                     for (o, ((&x, &y), &z)) in out.iter_mut().zip(operands) {
                         o.write(f(x, y, z));
                     }
-                } else {
-                    let [s, t, u] = steps;
+                }
+                [1, 1, 0] => {
+                    let z = dc[r];
+                    for (o, (&x, &y)) in out.iter_mut().zip(da[p..].iter().zip(&db[q..])) {
+                        o.write(f(x, y, z));
+                    }
+                }
+                [1, 0, 1] => {
+                    let y = db[q];
+                    for (o, (&x, &z)) in out.iter_mut().zip(da[p..].iter().zip(&dc[r..])) {
+                        o.write(f(x, y, z));
+                    }
+                }
+                [0, 1, 1] => {
+                    let x = da[p];
+                    for (o, (&y, &z)) in out.iter_mut().zip(db[q..].iter().zip(&dc[r..])) {
+                        o.write(f(x, y, z));
+                    }
+                }
+                [1, 0, 0] => {
+                    let (y, z) = (db[q], dc[r]);
+                    for (o, &x) in out.iter_mut().zip(&da[p..]) {
+                        o.write(f(x, y, z));
+                    }
+                }
+                [s, t, u] => {
                     for (i, o) in out.iter_mut().enumerate() {
                         o.write(f(da[p + i * s], db[q + i * t], dc[r + i * u]));
                     }

@@ -3,6 +3,8 @@
 //! where the CPU has it, else on the `gemm` crate, as f64 does; bf16 and f16 are computed in
 //! f32 and rounded once, as PyTorch does on CPU; integers accumulate exactly in i64.
 
+use std::mem::MaybeUninit;
+
 use gemm::{gemm, Parallelism};
 
 use crate::cancel::Token;
@@ -88,7 +90,8 @@ struct Operand {
 }
 
 /// `dst = a · b` for `rows` rows of the product whose `a` rows start at `oa` and whose `b`
-/// starts at `ob`; `dst` is dense with row stride `n`.
+/// starts at `ob`; `dst` is dense with row stride `n`. `gemm` only writes `dst` (it is told
+/// not to read it, and writes zeros when `k` is 0), so `dst` may start uninitialised.
 ///
 /// # Safety
 ///
@@ -97,7 +100,7 @@ struct Operand {
 /// `db`. Offsets and strides taken from validated layouts satisfy this.
 unsafe fn gemm_rows<T: Element>(
     (rows, n, k): (usize, usize, usize),
-    dst: &mut [T],
+    dst: &mut [MaybeUninit<T>],
     (da, oa, a): (&[T], usize, &Operand),
     (db, ob, b): (&[T], usize, &Operand),
     parallelism: Parallelism,
@@ -107,7 +110,7 @@ unsafe fn gemm_rows<T: Element>(
         rows,
         n,
         k,
-        dst.as_mut_ptr(),
+        dst.as_mut_ptr().cast::<T>(),
         1,
         n as isize,
         false,
@@ -285,12 +288,13 @@ impl FloatOperands {
 
     /// The jobs through `gemm`: many small products in parallel, one task each; otherwise one
     /// after the other, each split by `gemm` itself.
-    fn with_gemm<T: Element + Default>(&self, jobs: &[Job], parallel: bool) -> Vec<T> {
+    fn with_gemm<T: Element>(&self, jobs: &[Job], parallel: bool) -> Vec<T> {
         let (da, db) = (self.x.data::<T>(), self.y.data::<T>());
         let n = self.n;
         let rows: usize = jobs.iter().map(|j| j.rows).sum();
-        let mut out = vec![T::default(); rows * n];
-        if out.is_empty() {
+        // Not zeroed first: every job writes all of its band (see `gemm_rows`).
+        let mut out = Vec::<T>::with_capacity(rows * n);
+        if rows * n == 0 {
             return out;
         }
         let largest = jobs.iter().map(|j| j.rows * n * self.k).max().unwrap_or(0);
@@ -301,7 +305,7 @@ impl FloatOperands {
             Parallelism::None
         };
         let token = Token::current();
-        let run = |job: &Job, dst: &mut [T]| {
+        let run = |job: &Job, dst: &mut [MaybeUninit<T>]| {
             token.check();
             // SAFETY: `dst` holds the job's rows * n elements; the job's offsets start rows of
             // products whose offsets and strides come from validated layouts, so every read
@@ -317,7 +321,7 @@ impl FloatOperands {
             }
         };
         let mut bands = Vec::with_capacity(jobs.len());
-        let mut rest = out.as_mut_slice();
+        let mut rest = &mut out.spare_capacity_mut()[..rows * n];
         for job in jobs {
             let (band, tail) = rest.split_at_mut(job.rows * n);
             bands.push((job, band));
@@ -328,6 +332,9 @@ impl FloatOperands {
         } else {
             bands.into_iter().for_each(|(job, dst)| run(job, dst));
         }
+        // SAFETY: the bands cover all `rows * n` elements and every job wrote its own; a
+        // cancelled job unwinds past this line and the vector drops empty.
+        unsafe { out.set_len(rows * n) };
         out
     }
 
