@@ -213,6 +213,9 @@ struct Schedule {
     lr_value: f64,
     /// Steps each parameter took, counted by tensor ops.
     counts: Vec<Tensor>,
+    /// The 0-d f64 `1` each step adds to a count, made once rather than by a `full` op per
+    /// parameter per step (a host dispatch and an event each, on every rank).
+    one: Tensor,
     /// Calls of `step`, on the guest's side, for [`Adam::steps`].
     steps: u64,
 }
@@ -256,6 +259,7 @@ impl Schedule {
             counts: (0..params)
                 .map(|_| constant(0.0, DType::F64))
                 .collect::<Result<_>>()?,
+            one: constant(1.0, DType::F64)?,
             steps: 0,
         })
     }
@@ -270,7 +274,7 @@ impl Schedule {
     /// Counts one more step for parameter `i` and returns its new count (a 0-d f64 tensor).
     #[track_caller]
     fn advance(&mut self, i: usize) -> Result<Tensor> {
-        let next = self.counts[i].add(&constant(1.0, DType::F64)?)?;
+        let next = self.counts[i].add(&self.one)?;
         self.counts[i].set_data(&next)?;
         Ok(next)
     }

@@ -6,6 +6,7 @@
 //! the publisher's own `Event`, after the lock, so none of them copies one.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
@@ -13,7 +14,7 @@ use smallvec::SmallVec;
 use super::clock::Clock;
 use super::device_clock::CoreClock;
 use super::event::{Event, EventKind};
-use super::ring::{EncodedKind, EventRing};
+use super::ring::{encode_kind, EventRing};
 use super::summary::{Summary, SummaryBuilder};
 use crate::device::CoreId;
 
@@ -21,6 +22,14 @@ use crate::device::CoreId;
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
 type Subscriber = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// The most bytes of encoding buffer a publishing thread keeps between events.
+const KEPT_ENCODING_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// Each publishing thread's buffer for the encodings of the events it publishes.
+    static ENCODINGS: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// The recent events, oldest first, in `seq` order, and who else wants them.
 struct Recorder {
@@ -65,9 +74,9 @@ impl Recorder {
         ready
     }
 
-    /// Keeps `event`, whose kind `kind` encodes (if it encoded), pushing the oldest out of a
-    /// full ring.
-    fn keep(&mut self, event: &Event, kind: Option<&EncodedKind>) {
+    /// Keeps `event`, whose kind's encoding is `kind` (if it encoded), pushing the oldest out
+    /// of a full ring.
+    fn keep(&mut self, event: &Event, kind: Option<&[u8]>) {
         let kept = match kind {
             Some(kind) if self.capacity > 0 => {
                 if self.events.len() == self.capacity {
@@ -179,12 +188,19 @@ impl EventBus {
         kinds: impl IntoIterator<Item = EventKind>,
         counted: bool,
     ) -> (u64, f64) {
-        let mut events: SmallVec<[(Event, Option<EncodedKind>); 3]> = kinds
+        // The kinds' encodings, one after the other in this thread's buffer (taken, so a
+        // subscriber that publishes gets a buffer of its own).
+        let mut encodings = ENCODINGS.take();
+        encodings.clear();
+        let mut events: SmallVec<[(Event, Option<Range<usize>>); 3]> = kinds
             .into_iter()
             .map(|kind| {
                 // Only a kind serde cannot write would fail here; it is then counted and
                 // shown to subscribers, but not kept.
-                let encoded = EncodedKind::new(&kind).ok();
+                let start = encodings.len();
+                let encoded = encode_kind(&kind, &mut encodings)
+                    .ok()
+                    .map(|()| start..encodings.len());
                 let event = Event {
                     seq: 0,
                     ts_us: start_us,
@@ -205,10 +221,14 @@ impl EventBus {
                     builder.add(event);
                 }
             }
-            recorder.keep(event, encoded.as_ref());
+            recorder.keep(event, encoded.clone().map(|range| &encodings[range]));
         }
         let subscribers = Arc::clone(&recorder.subscribers);
         drop(recorder);
+        // A compile event's graph can make the buffer large; a thread keeps only a small one.
+        if encodings.capacity() <= KEPT_ENCODING_BYTES {
+            ENCODINGS.set(encodings);
+        }
         for (event, _) in &events {
             for subscriber in subscribers.iter() {
                 subscriber(event);

@@ -9,62 +9,64 @@
 
 use std::collections::VecDeque;
 
-use smallvec::SmallVec;
-
 use super::event::{Event, EventKind, EventTag};
 use crate::device::CoreId;
 
 /// Bytes a chunk holds before the next event starts another (a larger event gets a chunk of
 /// its own, as large as it needs).
 const CHUNK_BYTES: usize = 64 * 1024;
+/// The most bytes an event's header `(seq, ts_us, device_us, core)` takes: varints of at
+/// most 10 and 5 bytes, and two f64s, one optional.
+const HEADER_MOST: usize = 10 + 8 + 9 + 5;
 
-/// An event's kind, encoded before the bus's lock is taken, so the lock covers only a copy.
-pub(super) struct EncodedKind(SmallVec<[u8; 192]>);
-
-impl EncodedKind {
-    /// `kind` as its tag's position in [`EventTag::ALL`], then its payload.
-    pub(super) fn new(kind: &EventKind) -> postcard::Result<EncodedKind> {
-        let tag = kind.event_tag();
-        let position = EventTag::ALL.iter().position(|&t| t == tag).unwrap_or(0) as u8;
-        let out = match kind {
-            EventKind::Op(op) => encode(&(position, op)),
-            EventKind::Memory(memory) => encode(&(position, memory)),
-            EventKind::Compile(compile) => encode(&(position, compile)),
-            EventKind::CacheHit { function, source } => encode(&(position, function, source)),
-            EventKind::GraphBreak {
-                function,
-                reason,
-                op,
-            } => encode(&(position, function, reason, op)),
-            EventKind::RecompileLimit {
-                function,
-                limit,
-                action,
-            } => encode(&(position, function, limit, action)),
-            EventKind::Collective(collective) => encode(&(position, collective)),
-            EventKind::GuestTrap { message } => encode(&(position, message)),
-            EventKind::Log {
-                level,
-                target,
-                message,
-            } => encode(&(position, level, target, message)),
-        }?;
-        Ok(EncodedKind(out))
+/// Appends `kind`'s encoding to `out`: its tag's position in [`EventTag::ALL`], then its
+/// payload. The bus encodes before it takes its lock, into a buffer each publishing thread
+/// keeps, so the lock covers only a copy and no encoding moves an inline buffer about (a
+/// quarter of a tiny op's host time went to such moves). On an error `out` is as it was.
+pub(super) fn encode_kind(kind: &EventKind, out: &mut Vec<u8>) -> postcard::Result<()> {
+    let tag = kind.event_tag();
+    let position = EventTag::ALL.iter().position(|&t| t == tag).unwrap_or(0) as u8;
+    let start = out.len();
+    let written = match kind {
+        EventKind::Op(op) => encode(&(position, op), out),
+        EventKind::Memory(memory) => encode(&(position, memory), out),
+        EventKind::Compile(compile) => encode(&(position, compile), out),
+        EventKind::CacheHit { function, source } => encode(&(position, function, source), out),
+        EventKind::GraphBreak {
+            function,
+            reason,
+            op,
+        } => encode(&(position, function, reason, op), out),
+        EventKind::RecompileLimit {
+            function,
+            limit,
+            action,
+        } => encode(&(position, function, limit, action), out),
+        EventKind::Collective(collective) => encode(&(position, collective), out),
+        EventKind::GuestTrap { message } => encode(&(position, message), out),
+        EventKind::Log {
+            level,
+            target,
+            message,
+        } => encode(&(position, level, target, message), out),
+    };
+    if written.is_err() {
+        out.truncate(start);
     }
+    written
 }
 
-/// `value` encoded with postcard into inline bytes.
-fn encode(value: &impl serde::Serialize) -> postcard::Result<SmallVec<[u8; 192]>> {
-    postcard::serialize_with_flavor(value, InlineBytes(SmallVec::new()))
+/// `value` encoded with postcard at the end of `out`.
+fn encode(value: &impl serde::Serialize, out: &mut Vec<u8>) -> postcard::Result<()> {
+    postcard::serialize_with_flavor(value, Appending(out))
 }
 
-/// A postcard output that appends to a `SmallVec` a slice at a time, where postcard's generic
-/// `Extend` output sends every byte and varint through an iterator (1.7% of a 32-rank sft
-/// run's samples).
-struct InlineBytes(SmallVec<[u8; 192]>);
+/// A postcard output that appends to a vector a slice at a time (postcard's generic `Extend`
+/// output sends every byte and varint through an iterator).
+struct Appending<'a>(&'a mut Vec<u8>);
 
-impl postcard::ser_flavors::Flavor for InlineBytes {
-    type Output = SmallVec<[u8; 192]>;
+impl postcard::ser_flavors::Flavor for Appending<'_> {
+    type Output = ();
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
         self.0.extend_from_slice(data);
@@ -76,12 +78,12 @@ impl postcard::ser_flavors::Flavor for InlineBytes {
         Ok(())
     }
 
-    fn finalize(self) -> postcard::Result<Self::Output> {
-        Ok(self.0)
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
     }
 }
 
-/// Decodes what [`EncodedKind::new`] wrote.
+/// Decodes what [`encode_kind`] wrote.
 fn decode_kind(bytes: &[u8]) -> postcard::Result<EventKind> {
     let (position, payload): (u8, &[u8]) = postcard::take_from_bytes(bytes)?;
     let tag = EventTag::ALL
@@ -175,16 +177,12 @@ impl EventRing {
         self.len
     }
 
-    /// Appends `event`, whose kind `kind` encodes. A header that does not encode (it cannot:
-    /// it is numbers) leaves the ring as it was and returns false.
-    pub(super) fn push(&mut self, event: &Event, kind: &EncodedKind) -> bool {
+    /// Appends `event`, whose kind's encoding is `kind` (from [`encode_kind`]). A header
+    /// that does not encode (it cannot: it is numbers) leaves the ring as it was and returns
+    /// false.
+    pub(super) fn push(&mut self, event: &Event, kind: &[u8]) -> bool {
         let header = (event.seq, event.ts_us, event.device_us, event.core);
-        let mut encoded: SmallVec<[u8; 32]> = SmallVec::new();
-        encoded = match postcard::to_extend(&header, encoded) {
-            Ok(encoded) => encoded,
-            Err(_) => return false,
-        };
-        let size = encoded.len() + kind.0.len();
+        let size = HEADER_MOST + kind.len();
         let fits = self
             .chunks
             .back()
@@ -197,8 +195,12 @@ impl EventRing {
             self.chunks.push_back(chunk);
         }
         let chunk = self.chunks.back_mut().expect("a chunk was just ensured");
-        chunk.bytes.extend_from_slice(&encoded);
-        chunk.bytes.extend_from_slice(&kind.0);
+        let start = chunk.bytes.len();
+        if postcard::serialize_with_flavor(&header, Appending(&mut chunk.bytes)).is_err() {
+            chunk.bytes.truncate(start);
+            return false;
+        }
+        chunk.bytes.extend_from_slice(kind);
         chunk.ends.push(chunk.bytes.len());
         self.len += 1;
         true
@@ -264,6 +266,13 @@ mod tests {
         MemoryEvent, OpEvent, Phase, TensorSig,
     };
     use crate::tensor::DType;
+
+    /// `kind` as the bus hands it to the ring.
+    fn encoded(kind: &EventKind) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_kind(kind, &mut out).unwrap();
+        out
+    }
 
     /// One event of every kind, with fields that differ from their defaults.
     fn one_of_each() -> Vec<EventKind> {
@@ -368,7 +377,7 @@ mod tests {
             .map(|(i, kind)| event(i as u64, kind))
             .collect();
         for e in &events {
-            assert!(ring.push(e, &EncodedKind::new(&e.kind).unwrap()));
+            assert!(ring.push(e, &encoded(&e.kind)));
         }
         assert_eq!(ring.len(), events.len());
         assert_eq!(ring.decode_from(0), events);
@@ -391,7 +400,7 @@ mod tests {
         };
         for i in 0..5000 {
             let e = event(i, log(i));
-            ring.push(&e, &EncodedKind::new(&e.kind).unwrap());
+            ring.push(&e, &encoded(&e.kind));
         }
         assert!(ring.chunks.len() > 5, "{} chunks", ring.chunks.len());
         ring.evict(1234);
@@ -405,7 +414,7 @@ mod tests {
         ring.evict(usize::MAX);
         assert_eq!((ring.len(), ring.chunks.len()), (0, 0));
         let e = event(9, log(9));
-        ring.push(&e, &EncodedKind::new(&e.kind).unwrap());
+        ring.push(&e, &encoded(&e.kind));
         assert_eq!(ring.decode_from(0), [e]);
         ring.clear();
         assert!(ring.decode_from(0).is_empty());
