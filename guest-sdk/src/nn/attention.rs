@@ -84,8 +84,8 @@ impl Attention {
             .visible
             .where_(&scores, &scalar(f64::NEG_INFINITY, DType::F32)?)?;
         let dtype = x.dtype();
-        let probs = masked
-            .cast(DType::F32)?
+        // In f32 as `softmax(..., dtype=torch.float32)`; an f32 `masked` is not copied.
+        let probs = super::layers::in_dtype(&masked, DType::F32)?
             .softmax_with(SoftmaxOptions::new().dim(-1))?;
         let probs = super::layers::in_dtype(&probs, dtype)?;
         let out = probs.matmul(&v)?; // [b, kv, group, seq, d]

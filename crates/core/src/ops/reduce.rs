@@ -11,7 +11,7 @@ use smallvec::smallvec;
 use super::registry::{
     Exec, KernelArgs, KernelResult, MetaArgs, OpDef, OpGroup, RowArgs, RowFn, Rowwise,
 };
-use super::vmath::{sum_f64, vectorized};
+use super::vmath::{column_sums_f64, sum_f64, vectorized};
 use crate::device::cost::{Engine, OpCost};
 use crate::tensor::{strided, Buffer, DType, Element, Elements, Tensor, TensorMeta};
 use crate::with_dtype;
@@ -225,7 +225,51 @@ impl RowReduce {
 
 /// Reduces `x` with `kind`, keeping its dtype.
 fn same_dtype_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Buffer {
+    if let Some(sums) = column_reduce(x, dims, kind) {
+        return sums;
+    }
     with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| vectorized!(kind.apply(r)))))
+}
+
+/// The most elements [`column_reduce`] takes on; larger reductions keep the parallel row
+/// path.
+const COLUMN_REDUCE_MOST: usize = 1 << 20;
+
+/// A sum or mean over leading dims whose kept dims are one contiguous run (the batch sums
+/// of bias and broadcast gradients), by [`column_sums_f64`] over the rows in place: the same
+/// bits as [`reduce_rows`] gives, which would gather every output's elements with a stride.
+/// `None` when the reduction is not of that form.
+fn column_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Option<Buffer> {
+    if !matches!(kind, RowReduce::Sum | RowReduce::Mean) {
+        return None;
+    }
+    let l = x.layout();
+    let (kept, reduced): (Vec<usize>, Vec<usize>) = (0..l.rank()).partition(|d| !dims.contains(d));
+    let pick = |ds: &[usize], of: &[usize]| ds.iter().map(|&d| of[d]).collect::<Vec<_>>();
+    let (kept_shape, kept_strides) =
+        strided::coalesce(&pick(&kept, &l.shape), [&pick(&kept, &l.strides)]);
+    let (red_shape, red_strides) =
+        strided::coalesce(&pick(&reduced, &l.shape), [&pick(&reduced, &l.strides)]);
+    let width: usize = kept_shape.iter().product();
+    let n: usize = red_shape.iter().product();
+    let kept_run = kept_shape.len() == 1 && kept_strides[0][0] == 1;
+    let rows_run = red_shape.is_empty() || (red_shape.len() == 1 && red_strides[0][0] == 1);
+    if !kept_run || rows_run || n == 0 || n.saturating_mul(width) > COLUMN_REDUCE_MOST {
+        return None;
+    }
+    let mut starts = Vec::with_capacity(n);
+    strided::visit_range(&red_shape, &red_strides, [l.offset], 0, n, |_, [p]| {
+        starts.push(p)
+    });
+    let finish = |sum: f64| match kind {
+        RowReduce::Mean => sum / n as f64,
+        _ => sum,
+    };
+    Some(with_dtype!(x.dtype(), T => {
+        let data = x.data::<T>();
+        let sums = vectorized!(column_sums_f64(data, &starts, width, |v: T| v.to_f64()));
+        T::into_buffer(sums.into_iter().map(|s| T::from_f64(finish(s))).collect())
+    }))
 }
 
 fn sum_kernel(a: &KernelArgs) -> KernelResult {

@@ -229,6 +229,48 @@ pub fn sum_f64<T: Copy>(values: &[T], f: impl Fn(T) -> f64) -> f64 {
     acc[0]
 }
 
+/// For each of `width` columns, the [`sum_f64`] of its values in the rows that start at
+/// `row_starts` (row `i` holds `data[row_starts[i]..][..width]`): bit for bit what gathering
+/// each column into a row and summing it gives, with the same lanes and the same pairwise
+/// fold, but reading the rows in place. A reduction over leading dims (a bias's gradient)
+/// otherwise gathers every column with a stride.
+#[inline(always)]
+pub fn column_sums_f64<T: Copy>(
+    data: &[T],
+    row_starts: &[usize],
+    width: usize,
+    f: impl Fn(T) -> f64,
+) -> Vec<f64> {
+    // Columns at a time, so the partial sums stay in L1 (16 lanes of 64 f64: 8 KiB).
+    const BLOCK: usize = 64;
+    let mut sums = vec![0.0f64; width];
+    let mut acc = [[0.0f64; BLOCK]; SUM_LANES];
+    for first in (0..width).step_by(BLOCK) {
+        let w = BLOCK.min(width - first);
+        for lane in acc.iter_mut() {
+            lane[..w].fill(0.0);
+        }
+        for (i, &start) in row_starts.iter().enumerate() {
+            let row = &data[start + first..start + first + w];
+            for (a, &v) in acc[i % SUM_LANES][..w].iter_mut().zip(row) {
+                *a += f(v);
+            }
+        }
+        let mut lanes = SUM_LANES;
+        while lanes > 1 {
+            lanes /= 2;
+            for i in 0..lanes {
+                let (low, high) = acc.split_at_mut(lanes);
+                for (a, &b) in low[i][..w].iter_mut().zip(&high[i][..w]) {
+                    *a += b;
+                }
+            }
+        }
+        sums[first..first + w].copy_from_slice(&acc[0][..w]);
+    }
+    sums
+}
+
 /// The largest value, NaN when any value is NaN, -inf for an empty slice; lane-wise like
 /// [`sum_f64`] so the loop vectorizes. (Which zero a row of zeros of both signs gives is
 /// unspecified.)
@@ -266,6 +308,43 @@ pub(crate) mod tests {
                 f32::from_bits((s >> 32) as u32)
             })
             .collect()
+    }
+
+    /// Column sums read in place give the bits of summing each column gathered into a row,
+    /// for row counts around the lane count, widths across the column blocks, and rows apart
+    /// by more than their width (a strided view).
+    #[test]
+    fn column_sums_equal_the_sums_of_gathered_columns() {
+        let values: Vec<f32> = bit_patterns(40_000, 7)
+            .into_iter()
+            .map(|v| {
+                if v.is_finite() {
+                    v.clamp(-1e6, 1e6)
+                } else {
+                    0.5
+                }
+            })
+            .collect();
+        for (rows, width, gap) in [
+            (1, 1, 0),
+            (15, 3, 0),
+            (16, 64, 0),
+            (17, 65, 5),
+            (129, 130, 7),
+            (40, 200, 0),
+        ] {
+            let starts: Vec<usize> = (0..rows).map(|i| 3 + i * (width + gap)).collect();
+            let by_columns = column_sums_f64(&values, &starts, width, |v: f32| v as f64);
+            for (j, &sum) in by_columns.iter().enumerate() {
+                let column: Vec<f32> = starts.iter().map(|&s| values[s + j]).collect();
+                let gathered = sum_f64(&column, |v: f32| v as f64);
+                assert_eq!(
+                    sum.to_bits(),
+                    gathered.to_bits(),
+                    "{rows} x {width}, column {j}"
+                );
+            }
+        }
     }
 
     /// Values spread over [-lo, hi] plus the special ones.

@@ -207,7 +207,12 @@ impl Collator {
 /// batch's count into its graph.
 fn loss(model: &LlamaForCausalLM, ids: &Tensor, labels: &Tensor, scale: &Tensor) -> Result<Tensor> {
     let (rows, len) = (ids.shape()[0], ids.shape()[1]);
-    let logits = model.forward(ids)?.cast(DType::F32)?;
+    // `logits.float()`: a cast only when the model computes in another dtype.
+    let logits = model.forward(ids)?;
+    let logits = match logits.dtype() {
+        DType::F32 => logits,
+        _ => logits.cast(DType::F32)?,
+    };
     let logits = logits
         .narrow(1, 0, len - 1)?
         .reshape(&[rows * (len - 1), 16])?;
