@@ -43,34 +43,68 @@ fn out_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
         .collect()
 }
 
+/// A reduction's layout: the kept dims (one output element each) and the reduced dims (the
+/// elements of one output's row), each coalesced.
+struct Reduced {
+    outer_shape: Vec<usize>,
+    outer_strides: [Vec<usize>; 1],
+    row_shape: Vec<usize>,
+    row_strides: [Vec<usize>; 1],
+    /// Elements per row.
+    n: usize,
+    /// Output elements.
+    outputs: usize,
+    offset: usize,
+}
+
+impl Reduced {
+    fn of(x: &Tensor, dims: &[usize]) -> Reduced {
+        let l = x.layout();
+        let (kept, reduced): (Vec<usize>, Vec<usize>) =
+            (0..l.rank()).partition(|d| !dims.contains(d));
+        let pick = |ds: &[usize], of: &[usize]| ds.iter().map(|&d| of[d]).collect::<Vec<_>>();
+        let outputs = kept.iter().map(|&d| l.shape[d]).product();
+        let n = reduced.iter().map(|&d| l.shape[d]).product();
+        let (outer_shape, outer_strides) =
+            strided::coalesce(&pick(&kept, &l.shape), [&pick(&kept, &l.strides)]);
+        let (row_shape, row_strides) =
+            strided::coalesce(&pick(&reduced, &l.shape), [&pick(&reduced, &l.strides)]);
+        Reduced {
+            outer_shape,
+            outer_strides,
+            row_shape,
+            row_strides,
+            n,
+            outputs,
+            offset: l.offset,
+        }
+    }
+
+    /// Whether each row's elements are contiguous.
+    fn rows_contiguous(&self) -> bool {
+        self.row_shape.is_empty() || (self.row_shape.len() == 1 && self.row_strides[0][0] == 1)
+    }
+}
+
 /// Calls `f` on the elements of each reduced row, one call per output element in row-major
 /// order. Contiguous rows are passed in place; others are gathered first.
 fn reduce_rows<T: Element, U: Send>(
     x: &Tensor,
-    dims: &[usize],
+    r: &Reduced,
     f: impl Fn(&[T]) -> U + Sync,
 ) -> Vec<U> {
-    let l = x.layout();
-    let kept: Vec<usize> = (0..l.rank()).filter(|d| !dims.contains(d)).collect();
-    let outer_shape: Vec<usize> = kept.iter().map(|&d| l.shape[d]).collect();
-    let outer_strides: Vec<usize> = kept.iter().map(|&d| l.strides[d]).collect();
-    let red_shape: Vec<usize> = dims.iter().map(|&d| l.shape[d]).collect();
-    let red_strides: Vec<usize> = dims.iter().map(|&d| l.strides[d]).collect();
-    let n: usize = red_shape.iter().product();
-    let (cs, cst) = strided::coalesce(&red_shape, [&red_strides]);
-    let run = cs.is_empty() || (cs.len() == 1 && cst[0][0] == 1);
+    let n = r.n;
+    let run = r.rows_contiguous();
     let data = x.data::<T>();
-    let outputs: usize = outer_shape.iter().product();
-    let (outer_shape, outer_strides) = strided::coalesce(&outer_shape, [&outer_strides]);
     // Each output costs a row of work: parallel when the rows add up, not the outputs. A row
     // that is not contiguous is gathered into a buffer kept for the whole chunk.
-    strided::fill_weighted(outputs, n, |start, chunk| {
+    strided::fill_weighted(r.outputs, n, |start, chunk| {
         let mut row = Vec::with_capacity(if run { 0 } else { n });
         let end = start + chunk.len();
         strided::visit_range(
-            &outer_shape,
-            &outer_strides,
-            [l.offset],
+            &r.outer_shape,
+            &r.outer_strides,
+            [r.offset],
             start,
             end,
             |i, [o]| {
@@ -81,7 +115,9 @@ fn reduce_rows<T: Element, U: Send>(
                     f(&data[o..o + n])
                 } else {
                     row.clear();
-                    strided::visit_range(&cs, &cst, [o], 0, n, |_, [p]| row.push(data[p]));
+                    strided::visit_range(&r.row_shape, &r.row_strides, [o], 0, n, |_, [p]| {
+                        row.push(data[p])
+                    });
                     f(&row)
                 };
                 chunk[i].write(value);
@@ -225,10 +261,11 @@ impl RowReduce {
 
 /// Reduces `x` with `kind`, keeping its dtype.
 fn same_dtype_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Buffer {
-    if let Some(sums) = column_reduce(x, dims, kind) {
+    let r = Reduced::of(x, dims);
+    if let Some(sums) = column_reduce(x, &r, kind) {
         return sums;
     }
-    with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, dims, |r: &[T]| vectorized!(kind.apply(r)))))
+    with_dtype!(x.dtype(), T => T::into_buffer(reduce_rows(x, &r, |row: &[T]| vectorized!(kind.apply(row)))))
 }
 
 /// The most elements [`column_reduce`] takes on; larger reductions keep the parallel row
@@ -239,26 +276,19 @@ const COLUMN_REDUCE_MOST: usize = 1 << 20;
 /// of bias and broadcast gradients), by [`column_sums_f64`] over the rows in place: the same
 /// bits as [`reduce_rows`] gives, which would gather every output's elements with a stride.
 /// `None` when the reduction is not of that form.
-fn column_reduce(x: &Tensor, dims: &[usize], kind: RowReduce) -> Option<Buffer> {
-    if !matches!(kind, RowReduce::Sum | RowReduce::Mean) {
-        return None;
-    }
-    let l = x.layout();
-    let (kept, reduced): (Vec<usize>, Vec<usize>) = (0..l.rank()).partition(|d| !dims.contains(d));
-    let pick = |ds: &[usize], of: &[usize]| ds.iter().map(|&d| of[d]).collect::<Vec<_>>();
-    let (kept_shape, kept_strides) =
-        strided::coalesce(&pick(&kept, &l.shape), [&pick(&kept, &l.strides)]);
-    let (red_shape, red_strides) =
-        strided::coalesce(&pick(&reduced, &l.shape), [&pick(&reduced, &l.strides)]);
-    let width: usize = kept_shape.iter().product();
-    let n: usize = red_shape.iter().product();
-    let kept_run = kept_shape.len() == 1 && kept_strides[0][0] == 1;
-    let rows_run = red_shape.is_empty() || (red_shape.len() == 1 && red_strides[0][0] == 1);
-    if !kept_run || rows_run || n == 0 || n.saturating_mul(width) > COLUMN_REDUCE_MOST {
+fn column_reduce(x: &Tensor, r: &Reduced, kind: RowReduce) -> Option<Buffer> {
+    let kept_run = r.outer_shape.len() == 1 && r.outer_strides[0][0] == 1;
+    let (n, width) = (r.n, r.outputs);
+    if !matches!(kind, RowReduce::Sum | RowReduce::Mean)
+        || !kept_run
+        || r.rows_contiguous()
+        || n == 0
+        || n.saturating_mul(width) > COLUMN_REDUCE_MOST
+    {
         return None;
     }
     let mut starts = Vec::with_capacity(n);
-    strided::visit_range(&red_shape, &red_strides, [l.offset], 0, n, |_, [p]| {
+    strided::visit_range(&r.row_shape, &r.row_strides, [r.offset], 0, n, |_, [p]| {
         starts.push(p)
     });
     let finish = |sum: f64| match kind {
@@ -279,7 +309,7 @@ fn sum_kernel(a: &KernelArgs) -> KernelResult {
         return Ok(smallvec![same_dtype_reduce(x, &dims, RowReduce::Sum)]);
     }
     Ok(smallvec![
-        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &Reduced::of(x, &dims), |r: &[T]| {
             r.iter().fold(0i64, |s, v| s.wrapping_add(v.to_i64()))
         }))),
     ])
@@ -292,7 +322,7 @@ fn prod_kernel(a: &KernelArgs) -> KernelResult {
         return Ok(smallvec![same_dtype_reduce(x, &dims, RowReduce::Prod)]);
     }
     Ok(smallvec![
-        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &dims, |r: &[T]| {
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(x, &Reduced::of(x, &dims), |r: &[T]| {
             r.iter().fold(1i64, |s, v| s.wrapping_mul(v.to_i64()))
         }))),
     ])
@@ -353,7 +383,7 @@ fn arg_kernel(a: &KernelArgs, want_max: bool) -> KernelResult {
         x.clone()
     };
     Ok(smallvec![
-        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(&x, &dims, |r: &[T]| {
+        with_dtype!(x.dtype(), T => Buffer::I64(reduce_rows(&x, &Reduced::of(&x, &dims), |r: &[T]| {
             extreme_index(r, want_max) as i64
         }))),
     ])

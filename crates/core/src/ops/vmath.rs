@@ -259,9 +259,9 @@ pub fn column_sums_f64<T: Copy>(
         let mut lanes = SUM_LANES;
         while lanes > 1 {
             lanes /= 2;
-            for i in 0..lanes {
-                let (low, high) = acc.split_at_mut(lanes);
-                for (a, &b) in low[i][..w].iter_mut().zip(&high[i][..w]) {
+            let (low, high) = acc.split_at_mut(lanes);
+            for (into, from) in low.iter_mut().zip(&*high) {
+                for (a, &b) in into[..w].iter_mut().zip(&from[..w]) {
                     *a += b;
                 }
             }
