@@ -68,6 +68,7 @@ pub fn run(path: &Path, options: RunOptions) -> Result<(), String> {
         .map_err(|e| format!("{}: {}", e.ename, e.evalue))?;
     let processes = processes()?;
     if let Some(p) = &processes {
+        renderer = Renderer::plain();
         stop_on_sigterm(session.interrupter())?;
         if p.process() == 0 {
             // Said first, so that mpirun's word on a process that died (`process rank 1

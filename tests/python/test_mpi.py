@@ -61,6 +61,37 @@ def test_a_world_across_processes_prints_what_one_process_prints(experiment, pro
     assert f"run as {processes * per_process} ranks" in spread.stderr, spread.stderr
 
 
+@pytest.mark.parametrize("processes,per_process", [(2, 2), (4, 1)])
+def test_wide_inputs_arrive_bit_for_bit_in_every_dtype(processes, per_process):
+    """Inputs of 64 to 256 KiB travel as a message of their own, sent from the tensor's
+    memory (MPI_Send within the eager limit, MPI_Isend above it) and received into the
+    result's buffer; a strided input and bool go inline. Every rank's digest of every
+    collective's result must be what the one-process world prints."""
+    path = str(module("wide-collectives"))
+    one = neuronlab(path, "--nproc", str(processes * per_process), "--all-ranks")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert "bf16 all_to_all" in one.stdout and "bool broadcast" in one.stdout, one.stdout
+    spread = neuronlab(path, "--nproc", str(per_process), "--all-ranks", processes=processes)
+    assert spread.returncode == 0, spread.stdout + spread.stderr
+    assert spread.stdout == one.stdout
+
+
+def test_a_long_run_through_mpirun_prints_no_terminal_codes():
+    """OpenMPI gives each process a pseudo-terminal for its stdout, whatever mpirun's own
+    stdout is, so a process cannot tell a terminal from a file: under mpirun, neuronlab draws
+    no progress line and no colour. A run long enough for progress (over 2 s) prints what
+    the one-process run prints."""
+    path = str(module("sft"))
+    args = ["--", "--tp", "4", "--fsdp", "2", "--steps", "3", "--batch", "16"]
+    one = neuronlab(path, "--nproc", "8", *args)
+    assert one.returncode == 0, one.stdout + one.stderr
+    spread = neuronlab(path, "--nproc", "4", *args, processes=2)
+    assert spread.returncode == 0, spread.stdout + spread.stderr
+    assert "\x1b" not in spread.stdout and "\r" not in spread.stdout, repr(spread.stdout[:400])
+    assert spread.stdout == one.stdout
+    assert "step 3 loss" in spread.stdout, spread.stdout
+
+
 def test_the_summary_and_trace_cover_every_process():
     """mesh-4x8 as 4 processes x 8 ranks: process 0's summary counts the collectives of all
     32 ranks, as the one-process run does, and `--trace` writes one Chrome trace with a

@@ -6,6 +6,13 @@
 //! mpirun -n 2 --oversubscribe target/release/examples/mpi_allreduce
 //! ```
 //!
+//! Arguments, when given, are the sizes to run in KiB (`mpi_allreduce 1 4` for 1 and 4 KiB);
+//! by default 1 KiB to 64 MiB.
+//!
+//! The last column is the time of one call in a world of one rank (its result still made a
+//! tensor on the core, counted and published as an event): the part of a call that moves
+//! nothing, which no transport takes away.
+//!
 //! Bus bandwidth as nccl-tests counts it: S / t x 2(n - 1) / n, which for n = 2 is S / t.
 //! Each figure is the median of five timings of a batch of calls sized to move about 256 MiB.
 
@@ -89,11 +96,21 @@ fn main() {
     let group = spread.world_group();
     if me == 0 {
         println!(
-            "{:>9}  {:>14} {:>14} {:>14}  {:>14}",
-            "size", "MPI_Allreduce", "neuronlab MPI", "in-process", "MPI / ours"
+            "{:>9}  {:>14} {:>14} {:>14}  {:>11}  {:>12}",
+            "size", "MPI_Allreduce", "neuronlab MPI", "in-process", "ours / MPI", "one rank"
         );
     }
-    for bytes in SIZES {
+    let sizes: Vec<usize> = match std::env::args().skip(1).collect::<Vec<_>>() {
+        args if args.is_empty() => SIZES.to_vec(),
+        args => args
+            .iter()
+            .map(|a| match a.parse::<usize>() {
+                Ok(kib) if kib > 0 => kib << 10,
+                _ => panic!("sizes are whole KiB, as `mpi_allreduce 1 64`; got {a:?}"),
+            })
+            .collect(),
+    };
+    for bytes in sizes {
         let n = bytes / 4;
         let calls = calls(bytes);
         let values: Vec<f32> = (0..n).map(|i| (i % 97) as f32 + me as f32).collect();
@@ -142,22 +159,35 @@ fn main() {
                     .collect();
                 handles.into_iter().map(|h| h.join().unwrap()).collect()
             });
-            Some(times[0])
+            let alone = World::new(runtime(), 1, WorldOptions::default()).unwrap();
+            let mut comm = alone.rank(0);
+            let t = comm
+                .runtime()
+                .tensor_on(comm.core(), Buffer::F32(values.clone()), &[n])
+                .unwrap();
+            let group = alone.world_group();
+            let one = per_call(calls, || {
+                for _ in 0..calls {
+                    comm.all_reduce(&group, &t, ReduceOp::Sum).unwrap();
+                }
+            });
+            Some((times[0], one))
         } else {
             None
         };
         world.barrier();
-        if let Some(local) = local {
+        if let Some((local, one)) = local {
             let size = match bytes {
                 b if b >= 1 << 20 => format!("{} MiB", b >> 20),
                 b => format!("{} KiB", b >> 10),
             };
             println!(
-                "{size:>9}  {:>9.3} GB/s {:>9.3} GB/s {:>9.3} GB/s  {:>13.2}x",
+                "{size:>9}  {:>9.3} GB/s {:>9.3} GB/s {:>9.3} GB/s  {:>10.2}x  {:>9.2} µs",
                 gbps(bytes, plain),
                 gbps(bytes, ours),
                 gbps(bytes, local),
-                ours.as_secs_f64() / plain.as_secs_f64()
+                ours.as_secs_f64() / plain.as_secs_f64(),
+                one.as_secs_f64() * 1e6
             );
         }
     }

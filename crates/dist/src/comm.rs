@@ -18,20 +18,23 @@
 //! waiting rank is interrupted. The failure stays recorded, so a rank that arrives late gets
 //! the same error instead of waiting again.
 //!
-//! **Waiting does not spin.** A waiting rank sleeps on its meeting's condition variable; it
+//! **Waiting hardly spins.** A waiting rank sleeps on its meeting's condition variable; it
 //! wakes when the meeting completes, a rank ends, or every [`CANCEL_POLL`] to look at its
-//! interrupt flag. The one exception is short: a rank that waits only for ranks of other
-//! processes first takes their messages itself for up to [`POLL_FOR`] ([`Peers::poll`]),
-//! since waking it from the transport's thread costs more than a small collective.
+//! interrupt flag. Two exceptions are short, since waking a sleeping thread costs more
+//! than a small collective. When the process has a core for each of its ranks, a rank with
+//! a small input first watches its meeting for up to [`WATCH_FOR`]. And a rank that waits
+//! only for ranks of other processes first takes their messages itself for up to
+//! [`POLL_FOR`] more than its own message takes to cross ([`Peers::poll`]).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
+
 use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
 use super::group::ProcessGroup;
-use super::peers::{Message, Peers, WireTensor};
+use super::peers::{Message, Outgoing, Peers, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
 use neuronlab_core::device::{CoreId, Role};
 use neuronlab_core::error::{Error, Result};
@@ -48,9 +51,28 @@ pub const TIMEOUT_ENV: &str = "NEURONLAB_COLLECTIVE_TIMEOUT";
 /// How often a waiting rank looks at its interrupt flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
 
+/// How long a waiting rank watches its meeting before it sleeps, when the process has a
+/// core for each of its ranks: waking a sleeping thread costs more than a small collective
+/// (two ranks in one process on two cores: an all_reduce of 1 KiB took about 16 us, most of
+/// it the wake-up). With more ranks than cores it sleeps at once, since a watching rank
+/// would keep the one it waits for off its core.
+const WATCH_FOR: Duration = Duration::from_micros(50);
+
+/// The largest input a rank watches its meeting for: beyond it, combining the inputs takes
+/// long enough that a watching rank only keeps the kernels' threads off a core (two ranks,
+/// 256 KiB: 60-144 us a call watching, against 67-75 us sleeping).
+const WATCH_MOST_BYTES: usize = 64 << 10;
+
 /// How long a rank waiting only for other processes takes their messages itself before it
-/// sleeps: about the time a collective of a few hundred KiB takes to cross.
+/// sleeps, beyond the time its own message takes to cross at [`POLL_RATE`]: a large message
+/// must be polled for until it is in, since the listener's sleeps would add up to a
+/// millisecond to it (1 MiB between two processes went from 0.6-0.8 to 1.5-2.8 GB/s).
 const POLL_FOR: Duration = Duration::from_micros(500);
+
+/// The rate, in bytes per second, a rank expects the other processes' messages of a
+/// collective to arrive at, about the same size as its own: a slow rate for shared memory,
+/// and 10 Gb Ethernet's.
+const POLL_RATE: f64 = 1e9;
 
 /// Settings of a [`World`].
 #[derive(Clone, Debug)]
@@ -229,6 +251,9 @@ struct Meeting {
     /// How many ranks sleep on `wake` now: a wake-up with none costs a system call for
     /// nothing, on every small collective's path.
     sleepers: usize,
+    /// Counts the meeting's changes (an outcome, an arrival from another process), so a
+    /// rank can watch it without the world's lock ([`WATCH_FOR`]).
+    changes: Arc<AtomicU64>,
 }
 
 /// A meeting as errors name it, `all_reduce #3 on group [0, 1]`: written out only when an
@@ -256,11 +281,13 @@ impl Meeting {
             computing: false,
             wake: Arc::default(),
             sleepers: 0,
+            changes: Arc::default(),
         }
     }
 
-    /// Wakes the ranks sleeping on this meeting, if any.
+    /// Wakes the ranks sleeping on this meeting, if any, and tells those watching it.
     fn wake_sleepers(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
         if self.sleepers > 0 {
             self.wake.notify_all();
         }
@@ -309,9 +336,9 @@ struct MeetingKey {
 
 #[derive(Default)]
 struct State {
-    meetings: HashMap<MeetingKey, Meeting>,
+    meetings: FxHashMap<MeetingKey, Meeting>,
     /// Ranks whose guest has ended, with how (`finished`, `stopped with an error: ...`).
-    ended: HashMap<u32, String>,
+    ended: FxHashMap<u32, String>,
 }
 
 /// The ranks of one SPMD launch: rank `r` runs on `cores[r]`, and all share one runtime. A
@@ -322,6 +349,9 @@ pub struct World {
     options: WorldOptions,
     state: Mutex<State>,
     spread: Option<Spread>,
+    /// Whether a waiting rank watches its meeting before it sleeps: when the process has a
+    /// core for each of its ranks.
+    watch: bool,
 }
 
 /// How a world spans processes: `per_process` ranks in each, reached through `peers`.
@@ -380,6 +410,7 @@ impl World {
             .ok_or_else(|| Error::Invalid("too many ranks".into()))?;
         let world = World::new(runtime, size, options)?;
         let mut world = Arc::try_unwrap(world).unwrap_or_else(|_| unreachable!("just made"));
+        world.watch = fits_cores(per_process as usize);
         world.spread = Some(Spread {
             peers: peers.clone(),
             per_process,
@@ -398,10 +429,12 @@ impl World {
     }
 
     fn with_cores(runtime: Arc<Runtime>, cores: Vec<CoreId>, options: WorldOptions) -> World {
+        let cores_len = cores.len();
         World {
             runtime,
             cores,
             options,
+            watch: fits_cores(cores_len),
             state: Mutex::new(State::default()),
             spread: None,
         }
@@ -423,8 +456,8 @@ impl World {
         self.spread.as_ref().map_or(0, |s| rank / s.per_process)
     }
 
-    /// Sends a message's `bytes` to every process but this one that runs a rank of `ranks`.
-    fn tell(&self, ranks: &[u32], bytes: Vec<u8>) -> std::result::Result<(), String> {
+    /// Sends `message` to every process but this one that runs a rank of `ranks`.
+    fn tell(&self, ranks: &[u32], message: Outgoing) -> std::result::Result<(), String> {
         let Some(spread) = &self.spread else {
             return Ok(());
         };
@@ -440,9 +473,9 @@ impl World {
             return Ok(());
         };
         for p in processes {
-            spread.peers.send(p, bytes.clone())?;
+            spread.peers.send_outgoing(p, message.clone())?;
         }
-        spread.peers.send(last, bytes)
+        spread.peers.send_outgoing(last, message)
     }
 
     /// What another process told this one about a meeting or a rank.
@@ -536,7 +569,7 @@ impl World {
         if self.spread.is_some() {
             // Best effort: a process that cannot hear it times out instead.
             let everyone: Vec<u32> = (0..self.size()).collect();
-            let _ = self.tell(&everyone, Message::Departed { rank, how }.encode());
+            let _ = self.tell(&everyone, Message::Departed { rank, how }.encode().into());
         }
     }
 
@@ -552,7 +585,7 @@ impl World {
 pub struct RankComm {
     world: Arc<World>,
     rank: u32,
-    seqs: Arc<Mutex<HashMap<Vec<u32>, u64>>>,
+    seqs: Arc<Mutex<FxHashMap<Vec<u32>, u64>>>,
     cancel: Option<Arc<AtomicBool>>,
 }
 
@@ -682,15 +715,12 @@ impl RankComm {
         let invalid = check_call(&call, group, input);
         // Ranks in other processes get the arrival too, with the input's elements.
         let wire = self.world.spread.as_ref().map(|_| {
-            let elements = input.map(|t| (t, dense(t)));
-            Message::arrival_bytes(
+            Message::arrival(
                 (&key.group, key.seq),
                 self.rank,
                 &call,
                 invalid.as_deref(),
-                elements
-                    .as_ref()
-                    .map(|(t, buffer)| (t.dtype(), t.shape(), buffer.as_ref())),
+                input,
             )
         });
         let arrival = Arrival {
@@ -721,7 +751,7 @@ impl RankComm {
         position: usize,
         arrival: Arrival,
         invalid: Option<String>,
-        wire: Option<Vec<u8>>,
+        wire: Option<Outgoing>,
     ) -> Result<Arc<Outcome>> {
         let world = &*self.world;
         let timeout = world.options.timeout;
@@ -729,11 +759,22 @@ impl RankComm {
         let local_members = group.ranks().iter().filter(|r| local.contains(r)).count();
         // Only a rank that may wait for other processes polls.
         let polling_since = world.spread.as_ref().map(|_| Instant::now());
+        let small = arrival.input.as_ref().is_none_or(|input| {
+            input.shape().iter().product::<usize>() * input.dtype().size() <= WATCH_MOST_BYTES
+        });
+        let watch_until = (world.watch && small).then(|| Instant::now() + WATCH_FOR);
+        let poll_for = POLL_FOR
+            + wire.as_ref().map_or(Duration::ZERO, |message| {
+                let bytes = message.head.len() + message.elements_len();
+                Duration::from_secs_f64(bytes as f64 / POLL_RATE)
+            });
         let mut state = world.lock();
-        let meeting = state
-            .meetings
-            .entry(key.clone())
-            .or_insert_with(|| Meeting::open(&arrival.call, group));
+        // The key is copied only by the rank that opens the meeting.
+        if !state.meetings.contains_key(key) {
+            let opened = Meeting::open(&arrival.call, group);
+            state.meetings.insert(key.clone(), opened);
+        }
+        let meeting = state.meetings.get_mut(key).expect("opened above");
         let what = MeetingName {
             call: meeting.call.name(),
             seq: key.seq,
@@ -800,7 +841,10 @@ impl RankComm {
                 return outcome.map_err(Error::Collective);
             }
             if meeting.computing {
-                state = sleep_on(state, key, &wake, CANCEL_POLL);
+                state = match watch_until.filter(|&until| Instant::now() < until) {
+                    Some(until) => watch(state, world, key, until),
+                    None => sleep_on(state, key, &wake, CANCEL_POLL),
+                };
                 continue;
             }
             let missing = meeting.missing(group);
@@ -844,7 +888,7 @@ impl RankComm {
             }
             if let Some(spread) = &world.spread {
                 let remote_only = missing.iter().all(|r| !local.contains(r));
-                if remote_only && polling_since.is_some_and(|t| t.elapsed() < POLL_FOR) {
+                if remote_only && polling_since.is_some_and(|t| t.elapsed() < poll_for) {
                     drop(state);
                     if !spread.peers.poll() {
                         std::thread::yield_now();
@@ -853,7 +897,10 @@ impl RankComm {
                     continue;
                 }
             }
-            state = sleep_on(state, key, &wake, (timeout - waited).min(CANCEL_POLL));
+            state = match watch_until.filter(|&until| Instant::now() < until) {
+                Some(until) => watch(state, world, key, until),
+                None => sleep_on(state, key, &wake, (timeout - waited).min(CANCEL_POLL)),
+            };
         }
     }
 
@@ -895,6 +942,35 @@ impl RankComm {
             .publish_all_after(self.core(), start_us, 0.0, [event]);
         Ok(ready_us)
     }
+}
+
+/// Whether a process's `ranks` each have a core of their own.
+fn fits_cores(ranks: usize) -> bool {
+    std::thread::available_parallelism().is_ok_and(|cores| cores.get() >= ranks)
+}
+
+/// Watches the meeting `key` without the world's lock until it changes or `until`, then
+/// takes the lock again.
+fn watch<'a>(
+    state: MutexGuard<'a, State>,
+    world: &'a World,
+    key: &MeetingKey,
+    until: Instant,
+) -> MutexGuard<'a, State> {
+    let changes = state
+        .meetings
+        .get(key)
+        .expect("meeting stays")
+        .changes
+        .clone();
+    let seen = changes.load(Ordering::Acquire);
+    drop(state);
+    while changes.load(Ordering::Acquire) == seen && Instant::now() < until {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    }
+    world.lock()
 }
 
 /// Sleeps on the meeting `key`'s `wake` for up to `wait`, counted among its sleepers (the
@@ -1083,7 +1159,7 @@ fn agree(arrivals: &[Arrival]) -> std::result::Result<(), String> {
 }
 
 /// The tensor's elements as a dense buffer, borrowed when the storage already is one.
-fn dense(t: &Tensor) -> std::borrow::Cow<'_, Buffer> {
+pub(crate) fn dense(t: &Tensor) -> std::borrow::Cow<'_, Buffer> {
     let storage = t.storage_buffer();
     if t.is_contiguous() && storage.len() == t.numel() {
         std::borrow::Cow::Borrowed(storage)

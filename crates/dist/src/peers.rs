@@ -10,15 +10,18 @@
 //! the implementation).
 //!
 //! Messages are plain bytes ([`Message::encode`]); the transport only delivers them in order
-//! between each pair of processes. The MPI transport is `super::mpi` (feature `mpi`).
+//! between each pair of processes. An arrival's input elements end its encoding, so a
+//! transport may send them apart from the head that precedes them ([`Outgoing`]) and hand
+//! them back with it ([`Message::decode_parts`]). The MPI transport is `super::mpi` (feature `mpi`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use neuronlab_core::tensor::Buffer;
+use neuronlab_core::tensor::{Buffer, Tensor};
 use neuronlab_core::DType;
 
 use super::combine::ReduceOp;
-use super::comm::Call;
+use super::comm::{dense, Call};
 
 /// A transport between the processes of one world.
 pub trait Peers: Send + Sync {
@@ -28,6 +31,11 @@ pub trait Peers: Send + Sync {
     fn process(&self) -> u32;
     /// Sends `bytes` to process `to`; returns once they are on their way.
     fn send(&self, to: u32, bytes: Vec<u8>) -> Result<(), String>;
+    /// Sends `message`, whose elements a transport may send apart from its head, straight
+    /// from the tensor's memory; by default the whole message as bytes ([`Outgoing::into_bytes`]).
+    fn send_outgoing(&self, to: u32, message: Outgoing) -> Result<(), String> {
+        self.send(to, message.into_bytes())
+    }
     /// Has `deliver` called with every message another process sends this one (also those
     /// that came before), in order per sender, until the transport is shut down: on a thread
     /// of the transport's, or on one that calls [`Peers::poll`].
@@ -75,6 +83,73 @@ impl PartialEq for WireTensor {
     }
 }
 
+/// A message on its way out: its head, and the input's elements that end it, kept apart so
+/// a transport can send them from the tensor's own memory. The head followed by the
+/// elements' bytes is the message's encoding ([`Message::decode`]).
+#[derive(Clone)]
+pub struct Outgoing {
+    /// The encoding up to the elements.
+    pub head: Vec<u8>,
+    /// The elements, shared by the sends to each process.
+    pub elements: Option<Arc<WireElements>>,
+}
+
+impl From<Vec<u8>> for Outgoing {
+    fn from(bytes: Vec<u8>) -> Outgoing {
+        Outgoing {
+            head: bytes,
+            elements: None,
+        }
+    }
+}
+
+impl Outgoing {
+    /// The whole message as one run of bytes (a copy of the elements, when there are any).
+    pub fn into_bytes(self) -> Vec<u8> {
+        let mut bytes = self.head;
+        if let Some(elements) = &self.elements {
+            bytes.extend_from_slice(elements.bytes());
+        }
+        bytes
+    }
+
+    /// The bytes the elements take (0 without any).
+    pub fn elements_len(&self) -> usize {
+        self.elements.as_ref().map_or(0, |e| e.bytes().len())
+    }
+}
+
+/// A collective's input elements as their little-endian bytes: the tensor itself when its
+/// storage holds exactly its elements in order (a storage never changes once made), or a
+/// dense copy of them.
+pub struct WireElements(Buffered);
+
+enum Buffered {
+    Tensor(Tensor),
+    Copy(Buffer),
+}
+
+impl WireElements {
+    /// `t`'s elements, when their memory is their little-endian bytes (not bool, not a
+    /// big-endian host); `None` otherwise, and the message then carries them inline.
+    fn of(t: &Tensor) -> Option<WireElements> {
+        t.storage_buffer().le_bytes()?;
+        Some(WireElements(match dense(t) {
+            Cow::Borrowed(_) => Buffered::Tensor(t.clone()),
+            Cow::Owned(copy) => Buffered::Copy(copy),
+        }))
+    }
+
+    /// The elements' bytes.
+    pub fn bytes(&self) -> &[u8] {
+        let buffer = match &self.0 {
+            Buffered::Tensor(t) => t.storage_buffer(),
+            Buffered::Copy(b) => b,
+        };
+        buffer.le_bytes().expect("checked in `of`")
+    }
+}
+
 /// What processes tell each other.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -109,18 +184,44 @@ pub enum Message {
 pub struct WireCallBox(pub(crate) Call);
 
 impl Message {
-    /// The bytes of an [`Message::Arrival`], written straight from the input's buffer (no
-    /// copy of the elements but the one into the message).
-    pub(crate) fn arrival_bytes(
+    /// An [`Message::Arrival`] of `input` on its way out: its elements apart from the head
+    /// where they can be sent from the tensor's memory, inline otherwise.
+    pub(crate) fn arrival(
         key: (&[u32], u64),
         rank: u32,
         call: &Call,
         invalid: Option<&str>,
-        input: Option<(DType, &[usize], &Buffer)>,
+        input: Option<&Tensor>,
+    ) -> Outgoing {
+        let Some(t) = input else {
+            return Message::arrival_head(key, rank, call, invalid, None, 0).into();
+        };
+        let bytes = t.numel() * t.dtype().size();
+        let input = Some((t.dtype(), t.shape(), bytes));
+        match WireElements::of(t) {
+            Some(elements) => Outgoing {
+                head: Message::arrival_head(key, rank, call, invalid, input, 0),
+                elements: Some(Arc::new(elements)),
+            },
+            None => {
+                let mut head = Message::arrival_head(key, rank, call, invalid, input, bytes);
+                dense(t).append_le_bytes(&mut head);
+                head.into()
+            }
+        }
+    }
+
+    /// An arrival's encoding up to its input's elements (of `input`'s byte length), with room
+    /// for `room` more bytes.
+    fn arrival_head(
+        key: (&[u32], u64),
+        rank: u32,
+        call: &Call,
+        invalid: Option<&str>,
+        input: Option<(DType, &[usize], usize)>,
+        room: usize,
     ) -> Vec<u8> {
-        // Sized once: the header is small beside the elements, which then need no regrowth.
-        let elements = input.map_or(0, |(dtype, _, buffer)| buffer.len() * dtype.size());
-        let mut w = Writer(Vec::with_capacity(elements + 256));
+        let mut w = Writer(Vec::with_capacity(room + 256));
         w.u8(0);
         w.u32s(key.0);
         w.u64(key.1);
@@ -129,12 +230,11 @@ impl Message {
         w.option_str(invalid);
         match input {
             None => w.u8(0),
-            Some((dtype, shape, buffer)) => {
+            Some((dtype, shape, bytes)) => {
                 w.u8(1);
                 w.u32(dtype.code());
                 w.u64s(shape);
-                w.u64((buffer.len() * dtype.size()) as u64);
-                buffer.append_le_bytes(&mut w.0);
+                w.u64(bytes as u64);
             }
         }
         w.0
@@ -152,15 +252,21 @@ impl Message {
                 invalid,
                 input,
             } => {
-                return Message::arrival_bytes(
+                let len = input
+                    .as_ref()
+                    .map_or(0, |t| t.buffer.len() * t.dtype.size());
+                let mut bytes = Message::arrival_head(
                     (group, *seq),
                     *rank,
                     &call.0,
                     invalid.as_deref(),
-                    input
-                        .as_ref()
-                        .map(|t| (t.dtype, t.shape.as_slice(), &t.buffer)),
-                )
+                    input.as_ref().map(|t| (t.dtype, t.shape.as_slice(), len)),
+                    len,
+                );
+                if let Some(t) = input {
+                    t.buffer.append_le_bytes(&mut bytes);
+                }
+                return bytes;
             }
             Message::Departed { rank, how } => {
                 w.u8(1);
@@ -177,29 +283,64 @@ impl Message {
 
     /// The message `bytes` encode, or why they do not.
     pub fn decode(bytes: &[u8]) -> Result<Message, String> {
-        let mut r = Reader(bytes);
+        Message::decode_parts(bytes, None)
+    }
+
+    /// The dtype and byte length of the input elements that end the arrival whose encoding
+    /// up to them is `head`: what a transport that received the elements apart must make
+    /// room for. `None` for a message without elements.
+    pub fn elements_after(head: &[u8]) -> Result<Option<(DType, usize)>, String> {
+        let mut r = Reader(head);
+        if r.u8()? != 0 {
+            return Ok(None);
+        }
+        let arrival = ArrivalHead::read(&mut r)?;
+        match r.0.is_empty() {
+            true => Ok(arrival.input.map(|(dtype, _, len)| (dtype, len))),
+            false => Err("bytes after the head of an arrival".into()),
+        }
+    }
+
+    /// The message whose encoding is `head` followed by the elements in `elements` (received
+    /// apart, see [`Message::elements_after`]), or by their bytes inline when `None`.
+    pub fn decode_parts(head: &[u8], elements: Option<Buffer>) -> Result<Message, String> {
+        let mut r = Reader(head);
         let message = match r.u8()? {
-            0 => Message::Arrival {
-                group: r.u32s()?,
-                seq: r.u64()?,
-                rank: r.u32()?,
-                call: WireCallBox(r.call()?),
-                invalid: r.option_str()?,
-                input: match r.u8()? {
-                    0 => None,
-                    _ => {
-                        let dtype = DType::from_code(r.u32()?).ok_or("an unknown dtype code")?;
-                        let shape = r.u64s()?;
-                        let buffer = Buffer::from_le_bytes(dtype, r.bytes()?)
-                            .ok_or("tensor data that does not fit its dtype")?;
+            0 => {
+                let a = ArrivalHead::read(&mut r)?;
+                let input = match (a.input, elements) {
+                    (None, None) => None,
+                    (None, Some(_)) => return Err("elements for an arrival without input".into()),
+                    (Some((dtype, shape, len)), elements) => {
+                        let buffer = match elements {
+                            None => Buffer::from_le_bytes(dtype, r.take(len)?)
+                                .ok_or("tensor data that does not fit its dtype")?,
+                            Some(b) if b.dtype() == dtype && b.len() * dtype.size() == len => b,
+                            Some(b) => {
+                                return Err(format!(
+                                    "elements of {} x {} where the head says {len} bytes of \
+                                     {dtype}",
+                                    b.len(),
+                                    b.dtype()
+                                ))
+                            }
+                        };
                         Some(WireTensor {
                             dtype,
                             shape,
                             buffer,
                         })
                     }
-                },
-            },
+                };
+                Message::Arrival {
+                    group: a.group,
+                    seq: a.seq,
+                    rank: a.rank,
+                    call: WireCallBox(a.call),
+                    invalid: a.invalid,
+                    input,
+                }
+            }
             1 => Message::Departed {
                 rank: r.u32()?,
                 how: r.str()?,
@@ -211,6 +352,38 @@ impl Message {
             true => Ok(message),
             false => Err("bytes after the message".into()),
         }
+    }
+}
+
+/// An arrival's fields before its input's elements.
+struct ArrivalHead {
+    group: Vec<u32>,
+    seq: u64,
+    rank: u32,
+    call: Call,
+    invalid: Option<String>,
+    /// The input's dtype, shape and elements' byte length.
+    input: Option<(DType, Vec<usize>, usize)>,
+}
+
+impl ArrivalHead {
+    fn read(r: &mut Reader<'_>) -> Result<ArrivalHead, String> {
+        Ok(ArrivalHead {
+            group: r.u32s()?,
+            seq: r.u64()?,
+            rank: r.u32()?,
+            call: r.call()?,
+            invalid: r.option_str()?,
+            input: match r.u8()? {
+                0 => None,
+                _ => {
+                    let dtype = DType::from_code(r.u32()?).ok_or("an unknown dtype code")?;
+                    let shape = r.u64s()?;
+                    let len = usize::try_from(r.u64()?).map_err(|_| "a length too large")?;
+                    Some((dtype, shape, len))
+                }
+            },
+        })
     }
 }
 
@@ -410,5 +583,42 @@ mod tests {
             );
         }
         assert!(Message::decode(&[9]).is_err());
+    }
+
+    /// An arrival's head and its elements received apart decode to the arrival its whole
+    /// encoding decodes to; elements that do not fit the head are an error.
+    #[test]
+    fn elements_apart_make_the_same_arrival() {
+        let values: Vec<f32> = (0..6).map(|i| i as f32 * 0.5 - 1.0).collect();
+        let buffer = Buffer::F32(values);
+        let elements = buffer.le_bytes().unwrap().to_vec();
+        let whole = Message::Arrival {
+            group: vec![0, 1],
+            seq: 3,
+            rank: 1,
+            call: WireCallBox(Call::AllGather { dim: 0 }),
+            invalid: None,
+            input: Some(WireTensor {
+                dtype: DType::F32,
+                shape: vec![2, 3],
+                buffer: buffer.clone(),
+            }),
+        };
+        let bytes = whole.encode();
+        let head = &bytes[..bytes.len() - elements.len()];
+        assert_eq!(
+            Message::elements_after(head),
+            Ok(Some((DType::F32, elements.len())))
+        );
+        assert_eq!(Message::decode_parts(head, Some(buffer)), Ok(whole));
+        let short = Buffer::F32(vec![0.0; 5]);
+        assert!(Message::decode_parts(head, Some(short)).is_err());
+        let other_dtype = Buffer::I32(vec![0; 6]);
+        assert!(Message::decode_parts(head, Some(other_dtype)).is_err());
+        let departed = Message::Departed {
+            rank: 0,
+            how: "finished".into(),
+        };
+        assert_eq!(Message::elements_after(&departed.encode()), Ok(None));
     }
 }

@@ -82,6 +82,18 @@ impl Renderer {
         }
     }
 
+    /// A renderer that writes for a file whatever stdout is: no colour, no progress line
+    /// rewritten in place, no display redrawn. For a process under mpirun, whose stdout is
+    /// a pseudo-terminal OpenMPI forwards to wherever mpirun's own stdout goes.
+    pub fn plain() -> Renderer {
+        Renderer {
+            colour_out: false,
+            colour_err: false,
+            terminal_out: false,
+            ..Renderer::new()
+        }
+    }
+
     /// Whether stdout gets colour.
     pub fn colour(&self) -> bool {
         self.colour_out

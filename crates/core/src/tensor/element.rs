@@ -95,6 +95,59 @@ impl Buffer {
         }
     }
 
+    /// The elements' memory as their little-endian bytes, where it is that (a little-endian
+    /// host, any dtype but bool): what a transport sends without a copy.
+    pub fn le_bytes(&self) -> Option<&[u8]> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match self {
+            Buffer::F32(v) => bytemuck::cast_slice(v),
+            Buffer::Bf16(v) => bytemuck::cast_slice(v),
+            Buffer::F16(v) => bytemuck::cast_slice(v),
+            Buffer::F64(v) => bytemuck::cast_slice(v),
+            Buffer::I64(v) => bytemuck::cast_slice(v),
+            Buffer::I32(v) => bytemuck::cast_slice(v),
+            Buffer::U8(v) => v,
+            Buffer::Bool(_) => return None,
+        })
+    }
+
+    /// `len` zero elements of `dtype` whose memory a transport fills with their little-endian
+    /// bytes through [`Buffer::le_bytes_mut`]; `None` where [`Buffer::le_bytes`] is.
+    pub fn for_le_bytes(dtype: DType, len: usize) -> Option<Buffer> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match dtype {
+            DType::F32 => Buffer::F32(vec![0.0; len]),
+            DType::Bf16 => Buffer::Bf16(vec![bf16::ZERO; len]),
+            DType::F16 => Buffer::F16(vec![f16::ZERO; len]),
+            DType::F64 => Buffer::F64(vec![0.0; len]),
+            DType::I64 => Buffer::I64(vec![0; len]),
+            DType::I32 => Buffer::I32(vec![0; len]),
+            DType::U8 => Buffer::U8(vec![0; len]),
+            DType::Bool => return None,
+        })
+    }
+
+    /// [`Buffer::le_bytes`], to write: every bit pattern is an element of these dtypes.
+    pub fn le_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match self {
+            Buffer::F32(v) => bytemuck::cast_slice_mut(v),
+            Buffer::Bf16(v) => bytemuck::cast_slice_mut(v),
+            Buffer::F16(v) => bytemuck::cast_slice_mut(v),
+            Buffer::F64(v) => bytemuck::cast_slice_mut(v),
+            Buffer::I64(v) => bytemuck::cast_slice_mut(v),
+            Buffer::I32(v) => bytemuck::cast_slice_mut(v),
+            Buffer::U8(v) => v,
+            Buffer::Bool(_) => return None,
+        })
+    }
+
     /// Parses little-endian bytes as `dtype` elements. `None` when the length is not a multiple
     /// of the element size.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Buffer> {
