@@ -8,7 +8,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::elem::Elem;
-use super::kernel::{tile_rows, TileOut, MR, NR};
+use super::kernel::{tile_rows, tile_rows_unpacked, TileOut, Unpacked, MR, NR};
 use super::pack::{pack_a, pack_b, PackBuf, KC};
 use super::{available, Job, MatRef};
 use crate::cancel::Token;
@@ -22,6 +22,98 @@ pub(super) const MB: usize = 1032;
 const SERIAL_MACS: usize = 1 << 18;
 /// In a batch, products with fewer multiply-adds than this are not split between threads.
 const SMALL_PRODUCT_MACS: usize = 1 << 22;
+/// The most elements of `b` (`k x n`) that are multiplied as they lie, unpacked: 128 KiB of
+/// f32, which stays in L2 between slivers of rows without packing's contiguity.
+const UNPACKED_B: usize = 1 << 15;
+
+/// How a call reads its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Path {
+    /// Blocks of both operands packed into the micro-kernel's order first: the way for
+    /// products large enough that each packed value is read many times.
+    Packed,
+    /// Tiles computed straight from `a` and from `b` as it lies, or from a dense copy of each
+    /// job's `b` when its rows are not contiguous (a transposed weight). When `b` is small,
+    /// packing costs as much as the multiply-adds it feeds (the sft model's per-rank products
+    /// are 512 x 64 x 16); the sums are the same bits either way.
+    Unpacked,
+}
+
+impl Path {
+    /// The path for a product of `b` (`k x n`), by the rule at [`Path::Unpacked`].
+    fn for_product(n: usize, k: usize) -> Path {
+        if k.saturating_mul(n) <= UNPACKED_B {
+            Path::Unpacked
+        } else {
+            Path::Packed
+        }
+    }
+}
+
+/// Merges consecutive jobs that are one job split: the same `b`, and the rows of the second
+/// following the first's in `a` (a batch of rows times one weight). Fewer, taller jobs pack or
+/// copy `b` fewer times; each output row is computed as before.
+fn coalesce(jobs: &[Job], a_row: usize) -> Vec<Job> {
+    let mut merged: Vec<Job> = Vec::with_capacity(jobs.len());
+    for &job in jobs {
+        match merged.last_mut() {
+            Some(last)
+                if last.b_offset == job.b_offset
+                    && last.a_offset + last.rows * a_row == job.a_offset =>
+            {
+                last.rows += job.rows;
+            }
+            _ => merged.push(job),
+        }
+    }
+    merged
+}
+
+/// A dense row-major copy of each distinct `b` of the jobs (`k x n`, one after the other), and
+/// the jobs pointing into it.
+fn dense_b<S: Elem>(b: &MatRef<S>, (n, k): (usize, usize), jobs: &[Job]) -> (Vec<S>, Vec<Job>) {
+    let mut dense = Vec::new();
+    let mut copied: Vec<(usize, usize)> = Vec::new();
+    let jobs = jobs
+        .iter()
+        .map(|&job| {
+            if job.rows == 0 {
+                // Reads nothing; its b need not exist.
+                return job;
+            }
+            let at = match copied.iter().find(|(from, _)| *from == job.b_offset) {
+                Some(&(_, at)) => at,
+                None => {
+                    let at = dense.len();
+                    dense.resize(at + k * n, S::ZERO);
+                    let src = b.at(job.b_offset);
+                    // Read along whichever stride is contiguous.
+                    if src.row == 1 {
+                        for j in 0..n {
+                            for p in 0..k {
+                                dense[at + p * n + j] = src.data[src.offset + p + j * src.col];
+                            }
+                        }
+                    } else {
+                        for p in 0..k {
+                            for j in 0..n {
+                                dense[at + p * n + j] =
+                                    src.data[src.offset + p * src.row + j * src.col];
+                            }
+                        }
+                    }
+                    copied.push((job.b_offset, at));
+                    at
+                }
+            };
+            Job {
+                b_offset: at,
+                ..job
+            }
+        })
+        .collect();
+    (dense, jobs)
+}
 
 /// Computes every job's rows of `a` times its `b` into `out`: the jobs' results one after the
 /// other, each `rows x n` and dense. `a` is `rows x k` and `b` is `k x n` per job; their
@@ -30,6 +122,19 @@ const SMALL_PRODUCT_MACS: usize = 1 << 22;
 ///
 /// Errors when the CPU lacks AVX-512F or an operand does not cover its jobs (a caller's bug).
 pub(crate) fn gemm<S: Elem, D: Elem>(
+    a: MatRef<S>,
+    b: MatRef<S>,
+    (n, k): (usize, usize),
+    jobs: &[Job],
+    out: &mut [MaybeUninit<D>],
+    parallel: bool,
+) -> Result<(), String> {
+    gemm_on(Path::for_product(n, k), a, b, (n, k), jobs, out, parallel)
+}
+
+/// [`gemm`] on the given path.
+pub(super) fn gemm_on<S: Elem, D: Elem>(
+    path: Path,
     a: MatRef<S>,
     b: MatRef<S>,
     (n, k): (usize, usize),
@@ -65,10 +170,26 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
         }
         return Ok(());
     }
+    let jobs = coalesce(jobs, a.row);
+    let dense;
+    let (b, jobs) = if path == Path::Unpacked && b.col != 1 {
+        let (copy, jobs) = dense_b(&b, (n, k), &jobs);
+        dense = copy;
+        let b = MatRef {
+            data: &dense[..],
+            offset: 0,
+            row: n,
+            col: 1,
+        };
+        (b, jobs)
+    } else {
+        (b, jobs)
+    };
     // bf16 and f16 outputs keep f32 partial sums between k blocks; f32 outputs keep them in
     // place. The first k block writes every partial sum before any is read, so neither needs
     // initializing.
-    let mut scratch = Vec::<f32>::with_capacity(if !D::IS_F32 && k > KC { out.len() } else { 0 });
+    let packed_partials = !D::IS_F32 && k > KC && path == Path::Packed;
+    let mut scratch = Vec::<f32>::with_capacity(if packed_partials { out.len() } else { 0 });
     let out_ptr = out.as_mut_ptr().cast::<D>();
     let partial = if D::IS_F32 {
         out_ptr.cast::<f32>()
@@ -80,8 +201,9 @@ pub(crate) fn gemm<S: Elem, D: Elem>(
     } else {
         1
     };
-    let tasks = split(jobs, n, k, threads);
+    let tasks = split(&jobs, n, k, threads);
     let shared = Shared {
+        path,
         a,
         b,
         n,
@@ -202,6 +324,7 @@ unsafe impl<T> Sync for SendPtr<T> {}
 
 /// What every task of one call reads.
 struct Shared<'a, S, D> {
+    path: Path,
     a: MatRef<'a, S>,
     b: MatRef<'a, S>,
     n: usize,
@@ -229,6 +352,10 @@ impl<S: Elem, D: Elem> Shared<'_, S, D> {
     ///
     /// As for [`Shared::region`].
     unsafe fn run(&self, task: &Task) {
+        if self.path == Path::Unpacked {
+            // SAFETY: passed on from the caller; `b`'s rows are contiguous on this path.
+            return unsafe { self.region_unpacked(task) };
+        }
         // Taken rather than borrowed: nothing else on this thread can see them meanwhile, and
         // a cancelled task simply drops them.
         let mut buffers = BUFFERS.take();
@@ -294,6 +421,46 @@ impl<S: Elem, D: Elem> Shared<'_, S, D> {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Computes the task's rectangle of the output tile by tile, straight from the operands.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Shared::region`], and `b`'s columns must be contiguous (`b.col == 1`).
+    #[target_feature(enable = "avx512f")]
+    unsafe fn region_unpacked(&self, task: &Task) {
+        let (n, k) = (self.n, self.k);
+        let a = self.a.at(task.job.a_offset);
+        let b = self.b.at(task.job.b_offset);
+        for i in task.rows.clone().step_by(MR) {
+            self.token.check();
+            for j in task.cols.clone().step_by(NR) {
+                let at = (task.first_row + i) * n + j;
+                let tile = TileOut {
+                    // SAFETY: (first_row + i, j) is inside the output (rows of the job,
+                    // columns < n), which the caller vouched for.
+                    out: unsafe { self.out.0.add(at) },
+                    partial: self.partial.0.wrapping_add(at),
+                    ld: n,
+                    cols: NR.min(task.cols.end - j),
+                    first: true,
+                    last: true,
+                };
+                let src = Unpacked {
+                    a: a.data.as_ptr().wrapping_add(a.offset + i * a.row),
+                    a_row: a.row,
+                    a_col: a.col,
+                    b: b.data.as_ptr().wrapping_add(b.offset + j),
+                    b_row: b.row,
+                };
+                // SAFETY: the tile's rows (< task.rows.end) and columns (< task.cols.end) are
+                // inside the job, whose operands cover rows x k and k x n (checked in
+                // `gemm_on`, or a dense copy) with b's columns contiguous; the output is valid
+                // there per the caller, and the kernel stores it once, with first and last.
+                unsafe { tile_rows_unpacked(MR.min(task.rows.end - i), k, src, tile) };
             }
         }
     }

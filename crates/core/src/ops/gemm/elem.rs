@@ -7,9 +7,9 @@ use std::arch::x86_64::{
     __m256i, __m512, __mmask16, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512,
     _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtepu16_epi32,
     _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_loadu_ps, _mm512_mask_blend_epi32,
-    _mm512_mask_cvtepi32_storeu_epi16, _mm512_mask_storeu_ps, _mm512_or_si512, _mm512_set1_epi32,
-    _mm512_slli_epi32, _mm512_srli_epi32, _CMP_UNORD_Q, _MM_FROUND_NO_EXC,
-    _MM_FROUND_TO_NEAREST_INT,
+    _mm512_mask_cvtepi32_storeu_epi16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
+    _mm512_or_si512, _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _CMP_UNORD_Q,
+    _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT,
 };
 
 use half::{bf16, f16};
@@ -30,6 +30,33 @@ pub(crate) trait Elem: Copy + Send + Sync + 'static {
     ///
     /// The CPU must support AVX-512F, and `src..src + 16` must be readable.
     unsafe fn load16(src: *const Self) -> __m512;
+
+    /// Loads the elements `src + lane` of the lanes set in `mask`, widened to f32, and zero in
+    /// the other lanes.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX-512F, and `src + lane` must be readable for every lane set in
+    /// `mask` (the others are not read).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16_masked(src: *const Self, mask: __mmask16) -> __m512 {
+        if mask == u16::MAX {
+            // SAFETY: every lane is readable.
+            return unsafe { Self::load16(src) };
+        }
+        // A masked load of 16-bit lanes needs AVX-512BW; the partial vectors at a matrix edge
+        // are rare enough to go through a copy.
+        let mut lanes = [Self::ZERO; 16];
+        for (lane, value) in lanes.iter_mut().enumerate() {
+            if mask & (1 << lane) != 0 {
+                // SAFETY: the lane is set, so it is readable.
+                *value = unsafe { *src.add(lane) };
+            }
+        }
+        // SAFETY: `lanes` holds 16 elements.
+        unsafe { Self::load16(lanes.as_ptr()) }
+    }
 
     /// Stores the lanes of `v` selected by `mask`, rounded to this type, to `dst + lane`.
     ///
@@ -53,6 +80,14 @@ impl Elem for f32 {
     unsafe fn load16(src: *const f32) -> __m512 {
         // SAFETY: the caller guarantees 16 readable elements.
         unsafe { _mm512_loadu_ps(src) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16_masked(src: *const f32, mask: __mmask16) -> __m512 {
+        // SAFETY: the caller guarantees every selected lane is readable; the others are not
+        // accessed.
+        unsafe { _mm512_maskz_loadu_ps(mask, src) }
     }
 
     #[inline]

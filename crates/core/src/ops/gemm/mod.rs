@@ -7,6 +7,11 @@
 //! block of `b` stays in L2. Elements are read as f32, bf16 or f16 and widened while packing;
 //! sums are f32 and are rounded once, when stored, to the output type (`elem`).
 //!
+//! Products whose `b` is small (at most 32 Ki elements) skip packing: the kernel reads `a` where
+//! it lies and `b` as rows (a dense copy first when its rows are strided), with the same
+//! multiply-adds in the same order, so either path gives the same bits. Consecutive jobs that
+//! are bands of one product against one `b` are merged first, so `b` is packed once.
+//!
 //! Work is split over rayon's threads by whole products when a batch has enough of them, else
 //! by bands of rows or columns of each product. Each task packs its own blocks into buffers kept
 //! per thread, so no task waits for another. Tasks check the caller's cancel token before every

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use super::driver::{gemm, MB, NB};
+use super::driver::{gemm, gemm_on, Path, MB, NB};
 use super::kernel::{MR, NR};
 use super::pack::KC;
 use super::{available, gemm_vec, Elem, Job, MatRef};
@@ -308,6 +308,68 @@ fn every_layout_pair_and_the_thread_splits() {
         };
         case.check::<f32, f32>(&mut rng);
         case.check::<bf16, bf16>(&mut rng);
+    }
+}
+
+/// Both paths' outputs for one random product.
+fn both_paths<S: TestElem, D: TestElem>(
+    (m, n, k): (usize, usize, usize),
+    layouts: (Layout, Layout),
+    rng: &mut Rng,
+) -> (Vec<D>, Vec<D>) {
+    let (ars, acs) = strides(layouts.0, m, k, rng);
+    let (brs, bcs) = strides(layouts.1, k, n, rng);
+    let (a_data, a_offsets) = storage::<S>((m, k), (ars, acs), 2, rng);
+    let (b_data, b_offsets) = storage::<S>((k, n), (brs, bcs), 2, rng);
+    let matrix = |data, row, col| MatRef {
+        data,
+        offset: 0,
+        row,
+        col,
+    };
+    let (a, b) = (matrix(&a_data[..], ars, acs), matrix(&b_data[..], brs, bcs));
+    // The second product repeats the first's operands, as a broadcast batch dim does.
+    let jobs: Vec<Job> = a_offsets
+        .iter()
+        .zip(&b_offsets)
+        .map(|(&a_offset, &b_offset)| Job {
+            a_offset,
+            b_offset,
+            rows: m,
+        })
+        .collect();
+    let run = |path| {
+        let mut out = vec![MaybeUninit::<D>::uninit(); 2 * m * n];
+        gemm_on(path, a, b, (n, k), &jobs, &mut out, m % 2 == 1).expect("valid operands");
+        // SAFETY: `gemm_on` returned Ok, so it wrote every value.
+        out.into_iter()
+            .map(|v| unsafe { v.assume_init() })
+            .collect::<Vec<D>>()
+    };
+    (run(Path::Packed), run(Path::Unpacked))
+}
+
+#[test]
+fn the_unpacked_path_gives_the_packed_paths_bits() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(8);
+    for _ in 0..150 {
+        let shape = (
+            rng.pick(&EDGE) * (1 + rng.below(4)),
+            rng.pick(&EDGE),
+            rng.pick(&DEPTHS),
+        );
+        let layouts = (LAYOUTS[rng.below(4)], LAYOUTS[rng.below(4)]);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (packed, unpacked) = both_paths::<f32, f32>(shape, layouts, &mut rng);
+        assert_eq!(bits(&packed), bits(&unpacked), "f32 {shape:?} {layouts:?}");
+        let (packed, unpacked) = both_paths::<bf16, bf16>(shape, layouts, &mut rng);
+        assert_eq!(packed, unpacked, "bf16 {shape:?} {layouts:?}");
+        let (packed, unpacked) = both_paths::<f16, f32>(shape, layouts, &mut rng);
+        let what = format!("f16 into f32 {shape:?} {layouts:?}");
+        assert_eq!(bits(&packed), bits(&unpacked), "{what}");
     }
 }
 
