@@ -2,6 +2,7 @@
 //! work between threads.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -73,7 +74,8 @@ fn coalesce(jobs: &[Job], a_row: usize) -> Vec<Job> {
 /// the jobs pointing into it.
 fn dense_b<S: Elem>(b: &MatRef<S>, (n, k): (usize, usize), jobs: &[Job]) -> (Vec<S>, Vec<Job>) {
     let mut dense = Vec::new();
-    let mut copied: Vec<(usize, usize)> = Vec::new();
+    // Where each distinct b went: a batch can hold thousands of jobs.
+    let mut copied: HashMap<usize, usize> = HashMap::new();
     let jobs = jobs
         .iter()
         .map(|&job| {
@@ -81,8 +83,8 @@ fn dense_b<S: Elem>(b: &MatRef<S>, (n, k): (usize, usize), jobs: &[Job]) -> (Vec
                 // Reads nothing; its b need not exist.
                 return job;
             }
-            let at = match copied.iter().find(|(from, _)| *from == job.b_offset) {
-                Some(&(_, at)) => at,
+            let at = match copied.get(&job.b_offset) {
+                Some(&at) => at,
                 None => {
                     let at = dense.len();
                     dense.resize(at + k * n, S::ZERO);
@@ -102,7 +104,7 @@ fn dense_b<S: Elem>(b: &MatRef<S>, (n, k): (usize, usize), jobs: &[Job]) -> (Vec
                             }
                         }
                     }
-                    copied.push((job.b_offset, at));
+                    copied.insert(job.b_offset, at);
                     at
                 }
             };

@@ -4,6 +4,10 @@
 //! each of the tile's rows of `a` against it with fused multiply-adds. Twenty-four independent
 //! accumulators hide the FMA latency on the two FMA ports, and the 12 broadcasts and 2 loads per
 //! 24 FMAs stay within the load ports.
+//!
+//! `tile_unpacked` is the same kernel reading the operands where they lie (rows of `b` as
+//! vectors, one vector when the tile is at most 16 columns wide), for products too small to
+//! repay packing; both store through `store`.
 
 use std::arch::x86_64::{
     __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_mask_storeu_ps,
