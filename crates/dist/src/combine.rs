@@ -12,6 +12,7 @@
 //!
 //! Errors are plain `String`s; the communicator wraps them with the collective's context.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use half::{bf16, f16};
@@ -209,23 +210,8 @@ impl Reducible for bool {
     }
 }
 
-/// Element-wise reduction of `inputs` (all same dtype and length, at least one), folded in the
-/// given order: `out = op(op(op(in0, in1), in2), ...)`.
-///
-/// - Sum and product of integers wrap (`u8` too).
-/// - f32/f64 use native arithmetic in that type. bf16/f16 compute each step in f32 and round
-///   back to the 16-bit type (round-to-nearest-even), i.e. they round after every step.
-/// - Avg is the same sum fold, then a division by `inputs.len()` (in f32 for bf16/f16, then
-///   rounded; in the type otherwise). Float dtypes only.
-/// - Min/Max on floats propagate NaN (if either operand is NaN the result is NaN), like torch.
-/// - bool: Sum and Max are logical or, Product and Min logical and.
-///
-/// Runs in parallel over chunks of the output; every element is folded over the inputs in
-/// order, so the result does not depend on the thread count.
-///
-/// Errors when the list is empty, the dtypes or lengths differ, or `op` does not support the
-/// dtype.
-pub fn reduce(op: ReduceOp, inputs: &[&Buffer]) -> Result<Buffer, String> {
+/// The inputs' common dtype, once their dtypes and lengths agree and `op` supports it.
+fn agreeing_dtype(op: ReduceOp, inputs: &[&Buffer]) -> Result<DType, String> {
     let first = inputs.first().ok_or("reduce needs at least one input")?;
     let (dtype, len) = (first.dtype(), first.len());
     for (i, b) in inputs.iter().enumerate().skip(1) {
@@ -243,6 +229,27 @@ pub fn reduce(op: ReduceOp, inputs: &[&Buffer]) -> Result<Buffer, String> {
         }
     }
     op.supports(dtype)?;
+    Ok(dtype)
+}
+
+/// Element-wise reduction of `inputs` (all same dtype and length, at least one), folded in the
+/// given order: `out = op(op(op(in0, in1), in2), ...)`.
+///
+/// - Sum and product of integers wrap (`u8` too).
+/// - f32/f64 use native arithmetic in that type. bf16/f16 compute each step in f32 and round
+///   back to the 16-bit type (round-to-nearest-even), i.e. they round after every step.
+/// - Avg is the same sum fold, then a division by `inputs.len()` (in f32 for bf16/f16, then
+///   rounded; in the type otherwise). Float dtypes only.
+/// - Min/Max on floats propagate NaN (if either operand is NaN the result is NaN), like torch.
+/// - bool: Sum and Max are logical or, Product and Min logical and.
+///
+/// Runs in parallel over chunks of the output; every element is folded over the inputs in
+/// order, so the result does not depend on the thread count.
+///
+/// Errors when the list is empty, the dtypes or lengths differ, or `op` does not support the
+/// dtype.
+pub fn reduce(op: ReduceOp, inputs: &[&Buffer]) -> Result<Buffer, String> {
+    let dtype = agreeing_dtype(op, inputs)?;
     Ok(with_dtype!(dtype, T => {
         let slices: Vec<&[T]> = inputs
             .iter()
@@ -250,6 +257,37 @@ pub fn reduce(op: ReduceOp, inputs: &[&Buffer]) -> Result<Buffer, String> {
             .collect();
         T::into_buffer(reduce_typed(op, &slices))
     }))
+}
+
+/// [`reduce`], written over an input the caller hands over (`Cow::Owned`: one received from
+/// another process, say) when one of the first two is: no fresh output to allocate and
+/// write, and the received elements are still in cache. The same bits as [`reduce`]: each
+/// element is still folded over the inputs in order.
+pub fn reduce_owning(op: ReduceOp, mut inputs: Vec<Cow<'_, Buffer>>) -> Result<Buffer, String> {
+    let at = inputs
+        .iter()
+        .take(2)
+        .position(|input| matches!(input, Cow::Owned(_)));
+    let Some(at) = at else {
+        let borrowed: Vec<&Buffer> = inputs.iter().map(|b| b.as_ref()).collect();
+        return reduce(op, &borrowed);
+    };
+    {
+        let borrowed: Vec<&Buffer> = inputs.iter().map(|b| b.as_ref()).collect();
+        agreeing_dtype(op, &borrowed)?;
+    }
+    let mut own =
+        std::mem::replace(&mut inputs[at], Cow::Owned(Buffer::U8(Vec::new()))).into_owned();
+    let others: Vec<&Buffer> = inputs.iter().map(|b| b.as_ref()).collect();
+    with_dtype!(own.dtype(), T => {
+        let slices: Vec<&[T]> = others
+            .iter()
+            .map(|b| T::slice(b).unwrap_or_default())
+            .collect();
+        let dest = T::slice_mut(&mut own).expect("dtypes checked above");
+        reduce_typed_into(op, &slices, at, dest);
+    });
+    Ok(own)
 }
 
 /// [`reduce`] on validated slices: picks the step function once, outside the loops.
@@ -301,6 +339,50 @@ fn fold<T: Reducible>(
             }
         });
     out
+}
+
+/// [`reduce_typed`] written over `dest`, which holds input `at` (0 or 1; `inputs[at]` is not
+/// read).
+fn reduce_typed_into<T: Reducible>(op: ReduceOp, inputs: &[&[T]], at: usize, dest: &mut [T]) {
+    let divide_by = (op == ReduceOp::Avg).then_some(inputs.len());
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => fold_into(inputs, at, dest, T::sum, divide_by),
+        ReduceOp::Product => fold_into(inputs, at, dest, T::product, None),
+        ReduceOp::Min => fold_into(inputs, at, dest, T::minimum, None),
+        ReduceOp::Max => fold_into(inputs, at, dest, T::maximum, None),
+    }
+}
+
+/// [`fold`] into `dest`, which holds input `at` (0 or 1): each element is folded over the
+/// inputs in order, reading `dest`'s element as input `at` before it is overwritten.
+fn fold_into<T: Reducible>(
+    inputs: &[&[T]],
+    at: usize,
+    dest: &mut [T],
+    step: impl Fn(T, T) -> T + Sync,
+    divide_by: Option<usize>,
+) {
+    debug_assert!(at < 2 && at < inputs.len());
+    dest.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(ci, chunk)| {
+            let range = ci * CHUNK..ci * CHUNK + chunk.len();
+            if at == 1 {
+                for (o, &x) in chunk.iter_mut().zip(&inputs[0][range.clone()]) {
+                    *o = step(x, *o);
+                }
+            }
+            for input in &inputs[at + 1..] {
+                for (o, &x) in chunk.iter_mut().zip(&input[range.clone()]) {
+                    *o = step(*o, x);
+                }
+            }
+            if let Some(n) = divide_by {
+                for o in chunk.iter_mut() {
+                    *o = o.div_count(n);
+                }
+            }
+        });
 }
 
 /// torch.chunk sizes of a dim of length `len` cut into `n` parts (n >= 1), padded with zeros to
@@ -546,8 +628,9 @@ mod tests {
         }
     }
 
-    /// Checks [`reduce`] for every op on random inputs of `T` against a straightforward loop:
-    /// `step` is the reference step, `avg` the final division, `same` the comparison.
+    /// Checks [`reduce`] for every op on random inputs of `T` against a straightforward loop,
+    /// and [`reduce_owning`] with each input handed over in turn: `step` is the reference
+    /// step, `avg` the final division, `same` the comparison.
     fn check_all_ops<T: Element>(
         gen: impl Fn(&mut Lcg) -> T,
         step: impl Fn(ReduceOp, T, T) -> T,
@@ -562,8 +645,25 @@ mod tests {
                 .collect();
             let buffers: Vec<Buffer> = data.iter().map(|v| T::into_buffer(v.clone())).collect();
             let refs: Vec<&Buffer> = buffers.iter().collect();
-            for op in ReduceOp::ALL {
-                let result = reduce(op, &refs);
+            let ways = std::iter::once(None).chain((0..n_inputs).map(Some));
+            for (op, owned) in ReduceOp::ALL
+                .into_iter()
+                .flat_map(|op| ways.clone().map(move |w| (op, w)))
+            {
+                let result = match owned {
+                    None => reduce(op, &refs),
+                    Some(at) => {
+                        let inputs = buffers
+                            .iter()
+                            .enumerate()
+                            .map(|(i, b)| match i == at {
+                                true => Cow::Owned(b.clone()),
+                                false => Cow::Borrowed(b),
+                            })
+                            .collect();
+                        reduce_owning(op, inputs)
+                    }
+                };
                 if op == ReduceOp::Avg && !T::DTYPE.is_float() {
                     let err = result.unwrap_err();
                     assert!(err.contains("float dtypes only"), "{err}");
@@ -582,7 +682,8 @@ mod tests {
                     }
                     assert!(
                         same(got[i], want),
-                        "{op} on {} ({n_inputs} inputs), element {i}: got {:?}, want {:?}",
+                        "{op} on {} ({n_inputs} inputs, input {owned:?} handed over), element \
+                         {i}: got {:?}, want {:?}",
                         T::DTYPE,
                         got[i],
                         want

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::combine::{chunk_sizes, concat, reduce, split, ReduceOp};
+use super::combine::{chunk_sizes, concat, reduce, reduce_owning, split, ReduceOp};
 use super::group::ProcessGroup;
 use super::peers::{Message, Outgoing, Peers, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
@@ -1040,6 +1040,38 @@ fn rank_result(outcome: Arc<Outcome>, position: usize) -> Option<(Buffer, Vec<us
     }
 }
 
+/// An all_reduce's outcome, folded over the elements received from another process when
+/// there are some (they are this meeting's to reuse), else into a fresh buffer.
+fn all_reduce_over_received(
+    op: ReduceOp,
+    mut arrivals: Vec<Arrival>,
+) -> std::result::Result<Outcome, String> {
+    let received: Vec<Option<Buffer>> = arrivals
+        .iter_mut()
+        .map(|a| match &mut a.input {
+            Some(Input::Remote(w)) => {
+                Some(std::mem::replace(&mut w.buffer, Buffer::U8(Vec::new())))
+            }
+            _ => None,
+        })
+        .collect();
+    let inputs = arrivals
+        .iter()
+        .zip(received)
+        .map(|(a, received)| match (received, &a.input) {
+            (Some(buffer), _) => std::borrow::Cow::Owned(buffer),
+            (None, Some(input)) => input.dense(),
+            (None, None) => unreachable!("an all_reduce has an input"),
+        })
+        .collect();
+    let shape = arrivals[0]
+        .input
+        .as_ref()
+        .map(|i| i.shape().to_vec())
+        .unwrap_or_default();
+    Ok(Outcome::Same(reduce_owning(op, inputs)?, shape))
+}
+
 /// Checks that every rank made the same call on compatible tensors, then computes every
 /// rank's result.
 fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<Outcome, String> {
@@ -1047,6 +1079,9 @@ fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<
     let call = arrivals[0].call.clone();
     if call == Call::Barrier {
         return Ok(Outcome::Nothing);
+    }
+    if let Call::AllReduce(op) = call {
+        return all_reduce_over_received(op, arrivals);
     }
     let inputs: Vec<&Input> = arrivals
         .iter()
@@ -1061,7 +1096,7 @@ fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<
     let shape = inputs[0].shape().to_vec();
     let n = group.size();
     Ok(match call {
-        Call::AllReduce(op) => Outcome::Same(reduce(op, &buffers)?, shape),
+        Call::AllReduce(_) => unreachable!("all_reduce is computed above"),
         Call::Broadcast { src } => {
             let p = group.rank_in_group(src)?;
             Outcome::Same(buffers[p].clone(), shape)

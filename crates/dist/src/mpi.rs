@@ -34,6 +34,7 @@ use mpi::Threading;
 
 use super::peers::{Message, Outgoing, Peers, WireElements};
 use mpi::datatype::Equivalence;
+use mpi::raw::{AsRaw, AsRawMut};
 use neuronlab_core::tensor::Buffer;
 use neuronlab_core::DType;
 
@@ -206,24 +207,42 @@ impl InFlight {
 /// Receives the elements `head` awaits straight into a buffer of their dtype, and makes the
 /// arrival of the two.
 fn receive_elements(
-    message: mpi::point_to_point::Message,
+    mut message: mpi::point_to_point::Message,
     status: mpi::point_to_point::Status,
     head: AwaitingElements,
 ) -> Result<Message, String> {
-    let count = status.count(u8::equivalent_datatype()) as usize;
-    match Buffer::for_le_bytes(head.dtype, head.bytes / head.dtype.size()) {
-        Some(mut buffer) if count == head.bytes => {
-            message.matched_receive_into(buffer.le_bytes_mut().expect("made for its bytes"));
-            Message::decode_parts(&head.head, Some(buffer))
-        }
-        _ => {
-            let _ = (message, status).matched_receive_vec::<u8>();
-            Err(format!(
-                "{count} bytes of elements where the head said {} of {}",
-                head.bytes, head.dtype
-            ))
+    let count = status.count(u8::equivalent_datatype());
+    let len = head.bytes / head.dtype.size();
+    // The slice `receive` is given holds exactly `count` bytes: whole elements, as many as
+    // the message holds.
+    if usize::try_from(count) == Ok(head.bytes) && len * head.dtype.size() == head.bytes {
+        let receive = |bytes: &mut [std::mem::MaybeUninit<u8>]| {
+            // SAFETY: MPI writes the message's `count` bytes (the slice's length, checked
+            // above) into the slice and sets the matched message to null, as `Message`'s drop
+            // expects; the status is not wanted. A failure ends the process (MPI's default
+            // error handler), so its code needs no check.
+            unsafe {
+                mpi::ffi::MPI_Mrecv(
+                    bytes.as_mut_ptr().cast(),
+                    count,
+                    u8::equivalent_datatype().as_raw(),
+                    message.as_raw_mut(),
+                    mpi::ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+        };
+        // SAFETY: `receive` writes every byte of the slice (above).
+        if let Some(buffer) = unsafe { Buffer::from_le_bytes_written(head.dtype, len, receive) } {
+            return Message::decode_parts(&head.head, Some(buffer));
         }
     }
+    // Not written into a buffer (a size the head did not announce, or bool elements): taken
+    // all the same, so the sender's next message is next.
+    let _ = (message, status).matched_receive_vec::<u8>();
+    Err(format!(
+        "{count} bytes of elements where the head said {} of {}",
+        head.bytes, head.dtype
+    ))
 }
 
 /// A head taken whose elements, the same sender's next message, have not come yet.

@@ -1,5 +1,7 @@
 //! The Rust types behind each [`DType`], the [`Buffer`] that holds them, and conversions.
 
+use std::mem::MaybeUninit;
+
 use half::{bf16, f16};
 
 use super::DType;
@@ -113,38 +115,58 @@ impl Buffer {
         })
     }
 
-    /// `len` zero elements of `dtype` whose memory a transport fills with their little-endian
-    /// bytes through [`Buffer::le_bytes_mut`]; `None` where [`Buffer::le_bytes`] is.
-    pub fn for_le_bytes(dtype: DType, len: usize) -> Option<Buffer> {
+    /// `len` elements of `dtype` whose little-endian bytes `write` puts straight into the new
+    /// buffer's memory, given to it uninitialized (a transport receiving a tensor: no zeroing
+    /// pass before the bytes arrive). `None`, without calling `write`, where
+    /// [`Buffer::le_bytes`] is.
+    ///
+    /// # Safety
+    ///
+    /// `write` must initialize every byte of the slice it is given (`len` times the dtype's
+    /// size). Any bytes are then valid elements: these dtypes have no invalid bit patterns.
+    pub unsafe fn from_le_bytes_written(
+        dtype: DType,
+        len: usize,
+        write: impl FnOnce(&mut [MaybeUninit<u8>]),
+    ) -> Option<Buffer> {
         if cfg!(target_endian = "big") {
             return None;
         }
-        Some(match dtype {
-            DType::F32 => Buffer::F32(vec![0.0; len]),
-            DType::Bf16 => Buffer::Bf16(vec![bf16::ZERO; len]),
-            DType::F16 => Buffer::F16(vec![f16::ZERO; len]),
-            DType::F64 => Buffer::F64(vec![0.0; len]),
-            DType::I64 => Buffer::I64(vec![0; len]),
-            DType::I32 => Buffer::I32(vec![0; len]),
-            DType::U8 => Buffer::U8(vec![0; len]),
-            DType::Bool => return None,
-        })
-    }
-
-    /// [`Buffer::le_bytes`], to write: every bit pattern is an element of these dtypes.
-    pub fn le_bytes_mut(&mut self) -> Option<&mut [u8]> {
-        if cfg!(target_endian = "big") {
-            return None;
+        /// # Safety
+        ///
+        /// As for `from_le_bytes_written`.
+        unsafe fn written<T: bytemuck::Pod>(
+            len: usize,
+            write: impl FnOnce(&mut [MaybeUninit<u8>]),
+        ) -> Vec<T> {
+            let mut v = Vec::<T>::with_capacity(len);
+            let spare = v.spare_capacity_mut();
+            // SAFETY: the spare capacity is `len` uninitialized `T`s, so as many bytes times
+            // `T`'s size, which `MaybeUninit<u8>` may view at any alignment.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(
+                    spare.as_mut_ptr().cast::<MaybeUninit<u8>>(),
+                    std::mem::size_of_val(spare),
+                )
+            };
+            write(bytes);
+            // SAFETY: the caller's `write` initialized every byte, and every bit pattern is a
+            // valid `T` (Pod).
+            unsafe { v.set_len(len) };
+            v
         }
-        Some(match self {
-            Buffer::F32(v) => bytemuck::cast_slice_mut(v),
-            Buffer::Bf16(v) => bytemuck::cast_slice_mut(v),
-            Buffer::F16(v) => bytemuck::cast_slice_mut(v),
-            Buffer::F64(v) => bytemuck::cast_slice_mut(v),
-            Buffer::I64(v) => bytemuck::cast_slice_mut(v),
-            Buffer::I32(v) => bytemuck::cast_slice_mut(v),
-            Buffer::U8(v) => v,
-            Buffer::Bool(_) => return None,
+        // SAFETY (each arm): passed on from the caller.
+        Some(unsafe {
+            match dtype {
+                DType::F32 => Buffer::F32(written(len, write)),
+                DType::Bf16 => Buffer::Bf16(written(len, write)),
+                DType::F16 => Buffer::F16(written(len, write)),
+                DType::F64 => Buffer::F64(written(len, write)),
+                DType::I64 => Buffer::I64(written(len, write)),
+                DType::I32 => Buffer::I32(written(len, write)),
+                DType::U8 => Buffer::U8(written(len, write)),
+                DType::Bool => return None,
+            }
         })
     }
 
@@ -279,6 +301,8 @@ pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     const DTYPE: DType;
     /// The elements of `buffer` when it holds this type.
     fn slice(buffer: &Buffer) -> Option<&[Self]>;
+    /// The elements of `buffer`, to write, when it holds this type.
+    fn slice_mut(buffer: &mut Buffer) -> Option<&mut [Self]>;
     /// The borrowed elements when they are of this type.
     fn of(elements: Elements<'_>) -> Option<&[Self]>;
     /// Borrows a slice of this type as [`Elements`].
@@ -312,6 +336,12 @@ macro_rules! element_storage {
     ($dt:ident) => {
         const DTYPE: DType = DType::$dt;
         fn slice(buffer: &Buffer) -> Option<&[Self]> {
+            match buffer {
+                Buffer::$dt(v) => Some(v),
+                _ => None,
+            }
+        }
+        fn slice_mut(buffer: &mut Buffer) -> Option<&mut [Self]> {
             match buffer {
                 Buffer::$dt(v) => Some(v),
                 _ => None,
