@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::combine::{chunk_sizes, concat, reduce, reduce_owning, split, ReduceOp};
+use super::combine::{chunk_sizes, concat, reduce_owning, split, ReduceOp};
 use super::group::ProcessGroup;
 use super::peers::{Message, Outgoing, Peers, WireTensor};
 use super::ring_cost::{collective_cost, Collective};
@@ -1040,12 +1040,19 @@ fn rank_result(outcome: Arc<Outcome>, position: usize) -> Option<(Buffer, Vec<us
     }
 }
 
-/// An all_reduce's outcome, folded over the elements received from another process when
-/// there are some (they are this meeting's to reuse), else into a fresh buffer.
-fn all_reduce_over_received(
-    op: ReduceOp,
+/// Checks that every rank made the same call on compatible tensors, then computes every
+/// rank's result.
+fn compute(
+    group: &ProcessGroup,
     mut arrivals: Vec<Arrival>,
 ) -> std::result::Result<Outcome, String> {
+    agree(&arrivals)?;
+    let call = arrivals[0].call.clone();
+    if call == Call::Barrier {
+        return Ok(Outcome::Nothing);
+    }
+    // Elements received from other processes are this meeting's: a reduction folds over
+    // them in place of a fresh buffer, a broadcast hands them on without a copy.
     let received: Vec<Option<Buffer>> = arrivals
         .iter_mut()
         .map(|a| match &mut a.input {
@@ -1055,34 +1062,6 @@ fn all_reduce_over_received(
             _ => None,
         })
         .collect();
-    let inputs = arrivals
-        .iter()
-        .zip(received)
-        .map(|(a, received)| match (received, &a.input) {
-            (Some(buffer), _) => std::borrow::Cow::Owned(buffer),
-            (None, Some(input)) => input.dense(),
-            (None, None) => unreachable!("an all_reduce has an input"),
-        })
-        .collect();
-    let shape = arrivals[0]
-        .input
-        .as_ref()
-        .map(|i| i.shape().to_vec())
-        .unwrap_or_default();
-    Ok(Outcome::Same(reduce_owning(op, inputs)?, shape))
-}
-
-/// Checks that every rank made the same call on compatible tensors, then computes every
-/// rank's result.
-fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<Outcome, String> {
-    agree(&arrivals)?;
-    let call = arrivals[0].call.clone();
-    if call == Call::Barrier {
-        return Ok(Outcome::Nothing);
-    }
-    if let Call::AllReduce(op) = call {
-        return all_reduce_over_received(op, arrivals);
-    }
     let inputs: Vec<&Input> = arrivals
         .iter()
         .map(|a| {
@@ -1091,34 +1070,40 @@ fn compute(group: &ProcessGroup, arrivals: Vec<Arrival>) -> std::result::Result<
                 .expect("every call but barrier has an input")
         })
         .collect();
-    let owned: Vec<std::borrow::Cow<'_, Buffer>> = inputs.iter().map(|t| t.dense()).collect();
-    let buffers: Vec<&Buffer> = owned.iter().map(|b| b.as_ref()).collect();
+    let mut owned: Vec<std::borrow::Cow<'_, Buffer>> = inputs
+        .iter()
+        .zip(received)
+        .map(|(t, received)| match received {
+            Some(buffer) => std::borrow::Cow::Owned(buffer),
+            None => t.dense(),
+        })
+        .collect();
     let shape = inputs[0].shape().to_vec();
     let n = group.size();
     Ok(match call {
-        Call::AllReduce(_) => unreachable!("all_reduce is computed above"),
+        Call::AllReduce(op) => Outcome::Same(reduce_owning(op, owned)?, shape),
         Call::Broadcast { src } => {
             let p = group.rank_in_group(src)?;
-            Outcome::Same(buffers[p].clone(), shape)
+            Outcome::Same(owned.swap_remove(p).into_owned(), shape)
         }
         Call::AllGather { dim } => {
-            let parts: Vec<(&Buffer, &[usize])> = buffers
+            let parts: Vec<(&Buffer, &[usize])> = owned
                 .iter()
                 .zip(&inputs)
-                .map(|(b, t)| (*b, t.shape()))
+                .map(|(b, t)| (b.as_ref(), t.shape()))
                 .collect();
             let (buffer, shape) = concat(&parts, dim)?;
             Outcome::Same(buffer, shape)
         }
         Call::ReduceScatter { op, dim } => {
-            let full = reduce(op, &buffers)?;
+            let full = reduce_owning(op, owned)?;
             Outcome::PerRank(split(&full, &shape, dim, &chunk_sizes(shape[dim], n))?)
         }
         Call::AllToAll {
             split_dim,
             concat_dim,
         } => {
-            let pieces = buffers
+            let pieces = owned
                 .iter()
                 .zip(&inputs)
                 .map(|(b, t)| {
